@@ -1,0 +1,1 @@
+"""ssmscan's ops: one folder per op, one file per realization."""

@@ -1,0 +1,1 @@
+"""Pieces shared by several ops (the CPU kernel library, argument checks)."""

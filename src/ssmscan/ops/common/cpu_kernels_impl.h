@@ -1,0 +1,248 @@
+/* Kernel bodies, included by cpu_kernels.c once per element type with T, SFX, EXP and SOFTPLUS
+ * defined. See ops/selective_scan/README.md for the math and Note [selective scan backward].
+ *
+ * Layouts (all contiguous, prepared by the Python side):
+ *   u, delta, z, out, du, ddelta, dz: (batch, dim, L)
+ *   Bt, Ct, dBt, dCt:                 (batch, G, L, N)   (B, C transposed so a timestep's N
+ *                                                         values are adjacent)
+ *   A, dA: (dim, N);  D, bias, dD, dbias: (dim);  h0, last, dlast, dh0: (batch, dim, N)
+ *   ckpt: (batch, dim, ceil(L/K), N), the state before each chunk of K steps.
+ * A "row" is one (b, d) pair, row = b * dim + d; a call handles rows [row_begin, row_end).
+ * Workspace: at least (2*K*N + 5*K + 2*N) elements of T, private to the call.
+ */
+#define SSM_CAT2(a, b) a##_##b
+#define SSM_CAT(a, b) SSM_CAT2(a, b)
+#define SSM_FN(name) SSM_CAT(name, SFX)
+
+/* dt for one chunk: dt[i] = softplus?(delta[i] + bias). */
+static inline void SSM_FN(chunk_dt)(const T* delta, T bias, int softplus, int64_t n, T* dt) {
+    if (softplus) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dt[i] = SOFTPLUS(delta[i] + bias);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dt[i] = delta[i] + bias;
+    }
+}
+
+SSM_CLONES
+void SSM_FN(ssm_fwd)(const T* u, const T* delta, const T* A, const T* Bt, const T* Ct,
+                     const T* D, const T* z, const T* bias, const T* h0, int softplus,
+                     int64_t dim, int64_t L, int64_t N, int64_t G, int64_t K,
+                     int64_t row_begin, int64_t row_end,
+                     T* out, T* last, T* ckpt, T* work) {
+    const int64_t nck = (L + K - 1) / K;
+    const int64_t dpg = dim / G;
+    T* h = work;          /* N */
+    T* dt = work + N;     /* K */
+    T* y = dt + K;        /* K */
+    for (int64_t row = row_begin; row < row_end; ++row) {
+        const int64_t b = row / dim, d = row % dim, g = d / dpg;
+        const T* Ad = A + d * N;
+        const T bias_d = bias ? bias[d] : (T)0;
+        const T D_d = D ? D[d] : (T)0;
+        const int64_t o = row * L;
+        if (h0) memcpy(h, h0 + row * N, N * sizeof(T));
+        else memset(h, 0, N * sizeof(T));
+        for (int64_t c = 0; c < nck; ++c) {
+            const int64_t t0 = c * K, n_t = (L - t0 < K) ? L - t0 : K;
+            memcpy(ckpt + (row * nck + c) * N, h, N * sizeof(T));
+            SSM_FN(chunk_dt)(delta + o + t0, bias_d, softplus, n_t, dt);
+            const T* Bp = Bt + ((b * G + g) * L + t0) * N;
+            const T* Cp = Ct + ((b * G + g) * L + t0) * N;
+            for (int64_t i = 0; i < n_t; ++i, Bp += N, Cp += N) {
+                const T dti = dt[i], dtu = dti * u[o + t0 + i];
+                T acc = 0;
+#pragma omp simd reduction(+ : acc)
+                for (int64_t n = 0; n < N; ++n) {
+                    const T hn = EXP(dti * Ad[n]) * h[n] + dtu * Bp[n];
+                    h[n] = hn;
+                    acc += Cp[n] * hn;
+                }
+                y[i] = acc;
+            }
+            const T* uc = u + o + t0;
+            T* oc = out + o + t0;
+            if (z) {
+                const T* zc = z + o + t0;
+#pragma omp simd
+                for (int64_t i = 0; i < n_t; ++i)
+                    oc[i] = (y[i] + D_d * uc[i]) * (zc[i] / ((T)1 + EXP(-zc[i])));
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < n_t; ++i) oc[i] = y[i] + D_d * uc[i];
+            }
+        }
+        memcpy(last + row * N, h, N * sizeof(T));
+    }
+}
+
+/* Note [selective scan backward]
+ * With dA_t = exp(dt_t A), h_t = dA_t h_{t-1} + dt_t B_t u_t, y_t = C_t.h_t + D u_t and
+ * out_t = y_t silu(z_t), let dy_t = dout_t silu(z_t) and g_t = dL/dh_t (all paths), so that
+ *   g_t = dy_t C_t + dA_{t+1} g_{t+1},   g_{L-1} = dy_{L-1} C_{L-1} + dlast.
+ * Then, per (b, d) and summed where a parameter is shared:
+ *   dC_t  += dy_t h_t                       dB_t += g_t dt_t u_t
+ *   du_t   = dy_t D + dt_t (g_t . B_t)      dD   += dy_t u_t
+ *   ddt_t  = g_t . (A dA_t h_{t-1} + B_t u_t)
+ *   dA    += g_t dA_t h_{t-1} dt_t           dh0   = dA_0 g_0
+ *   dz_t   = dout_t (y_t) silu'(z_t),        silu'(z) = s (1 + z (1 - s)), s = sigmoid(z)
+ *   ddelta_t = ddt_t sigmoid(delta_t + bias) with softplus (else ddt_t); dbias += ddelta_t.
+ * The states h_t of a chunk are recomputed from its checkpoint, then the chunk is walked
+ * backwards; chunks are visited last to first, carrying dA_{t0} g_{t0} into the previous one.
+ */
+SSM_CLONES
+void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, const T* A,
+                     const T* Bt, const T* Ct, const T* D, const T* z, const T* bias,
+                     const T* ckpt, int softplus,
+                     int64_t dim, int64_t L, int64_t N, int64_t G, int64_t K,
+                     int64_t row_begin, int64_t row_end,
+                     T* du, T* ddelta, T* dz, T* dA, T* dBt, T* dCt, T* dD, T* dbias, T* dh0,
+                     T* work) {
+    const int64_t nck = (L + K - 1) / K;
+    const int64_t dpg = dim / G;
+    T* hs = work;            /* K*N: h_t of the chunk */
+    T* dAs = hs + K * N;     /* K*N: dA_t of the chunk */
+    T* dt = dAs + K * N;     /* K */
+    T* dy = dt + K;          /* K */
+    T* ddt = dy + K;         /* K */
+    T* y = ddt + K;          /* K */
+    T* dsp = y + K;          /* K: d softplus / d x */
+    T* g = dsp + K;          /* N: dL/dh carried backwards, already times dA_{t+1} */
+    T* dAacc = g + N;        /* N */
+    for (int64_t row = row_begin; row < row_end; ++row) {
+        const int64_t b = row / dim, d = row % dim, gr = d / dpg;
+        const T* Ad = A + d * N;
+        const T bias_d = bias ? bias[d] : (T)0;
+        const T D_d = D ? D[d] : (T)0;
+        const int64_t o = row * L;
+        if (dlast) memcpy(g, dlast + row * N, N * sizeof(T));
+        else memset(g, 0, N * sizeof(T));
+        memset(dAacc, 0, N * sizeof(T));
+        T dD_acc = 0, dbias_acc = 0;
+        for (int64_t c = nck - 1; c >= 0; --c) {
+            const int64_t t0 = c * K, n_t = (L - t0 < K) ? L - t0 : K;
+            const T* h_init = ckpt + (row * nck + c) * N;
+            const T* uc = u + o + t0;
+            const T* Bc = Bt + ((b * G + gr) * L + t0) * N;
+            const T* Cc = Ct + ((b * G + gr) * L + t0) * N;
+            T* dBc = dBt + ((b * G + gr) * L + t0) * N;
+            T* dCc = dCt + ((b * G + gr) * L + t0) * N;
+            SSM_FN(chunk_dt)(delta + o + t0, bias_d, softplus, n_t, dt);
+            if (softplus) {
+                const T* dc = delta + o + t0;
+#pragma omp simd
+                for (int64_t i = 0; i < n_t; ++i) {
+                    const T x = dc[i] + bias_d;
+                    dsp[i] = x > (T)20 ? (T)1 : (T)1 / ((T)1 + EXP(-x));
+                }
+            }
+            /* recompute the chunk's states */
+            for (int64_t i = 0; i < n_t; ++i) {
+                const T dti = dt[i], dtu = dti * uc[i];
+                const T* hp = i ? hs + (i - 1) * N : h_init;
+                T* hi = hs + i * N;
+                T* ai = dAs + i * N;
+                const T* Bp = Bc + i * N;
+                const T* Cp = Cc + i * N;
+                T acc = 0;
+#pragma omp simd reduction(+ : acc)
+                for (int64_t n = 0; n < N; ++n) {
+                    const T a = EXP(dti * Ad[n]);
+                    const T hn = a * hp[n] + dtu * Bp[n];
+                    ai[n] = a;
+                    hi[n] = hn;
+                    acc += Cp[n] * hn;
+                }
+                y[i] = acc;
+            }
+            /* output gate */
+            const T* doc = dout + o + t0;
+            if (z) {
+                const T* zc = z + o + t0;
+                T* dzc = dz + o + t0;
+#pragma omp simd
+                for (int64_t i = 0; i < n_t; ++i) {
+                    const T s = (T)1 / ((T)1 + EXP(-zc[i]));
+                    const T yy = y[i] + D_d * uc[i];
+                    dzc[i] = doc[i] * yy * s * ((T)1 + zc[i] * ((T)1 - s));
+                    dy[i] = doc[i] * zc[i] * s;
+                }
+            } else {
+#pragma omp simd
+                for (int64_t i = 0; i < n_t; ++i) dy[i] = doc[i];
+            }
+            /* walk the chunk backwards */
+            for (int64_t i = n_t - 1; i >= 0; --i) {
+                const T dti = dt[i], dyi = dy[i], ui = uc[i], dtu = dti * ui;
+                const T* hp = i ? hs + (i - 1) * N : h_init;
+                const T* hi = hs + i * N;
+                const T* ai = dAs + i * N;
+                const T* Bp = Bc + i * N;
+                const T* Cp = Cc + i * N;
+                T* dBp = dBc + i * N;
+                T* dCp = dCc + i * N;
+                T ddt_acc = 0, gB = 0;
+#pragma omp simd reduction(+ : ddt_acc, gB)
+                for (int64_t n = 0; n < N; ++n) {
+                    const T gn = g[n] + dyi * Cp[n];
+                    const T ghd = gn * hp[n] * ai[n];
+                    dCp[n] += dyi * hi[n];
+                    dBp[n] += gn * dtu;
+                    dAacc[n] += ghd * dti;
+                    ddt_acc += ghd * Ad[n] + gn * Bp[n] * ui;
+                    gB += gn * Bp[n];
+                    g[n] = gn * ai[n];
+                }
+                du[o + t0 + i] = dyi * D_d + dti * gB;
+                ddt[i] = ddt_acc;
+                dD_acc += dyi * ui;
+            }
+            T* ddc = ddelta + o + t0;
+            if (softplus) {
+#pragma omp simd reduction(+ : dbias_acc)
+                for (int64_t i = 0; i < n_t; ++i) {
+                    ddc[i] = ddt[i] * dsp[i];
+                    dbias_acc += ddc[i];
+                }
+            } else {
+#pragma omp simd reduction(+ : dbias_acc)
+                for (int64_t i = 0; i < n_t; ++i) {
+                    ddc[i] = ddt[i];
+                    dbias_acc += ddc[i];
+                }
+            }
+        }
+        memcpy(dh0 + row * N, g, N * sizeof(T));
+        for (int64_t n = 0; n < N; ++n) dA[d * N + n] += dAacc[n];
+        dD[d] += dD_acc;
+        dbias[d] += dbias_acc;
+    }
+}
+
+/* h_t = a_t h_{t-1} + b_t over rows of a (L, M) time-major layout, columns [m_begin, m_end);
+ * from the last t to the first when reverse. h0: (M) or NULL. Columns are walked in blocks so the
+ * carried state stays in L1. */
+SSM_CLONES
+void SSM_FN(lin_scan)(const T* a, const T* b, const T* h0, int reverse, int64_t L, int64_t M,
+                      int64_t m_begin, int64_t m_end, T* out) {
+    enum { BLK = 512 };
+    T h[BLK];
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += BLK) {
+        const int64_t w = (m_end - m0 < BLK) ? m_end - m0 : BLK;
+        if (h0) memcpy(h, h0 + m0, w * sizeof(T));
+        else memset(h, 0, w * sizeof(T));
+        for (int64_t s = 0; s < L; ++s) {
+            const int64_t t = reverse ? L - 1 - s : s;
+            const T* at = a + t * M + m0;
+            const T* bt = b + t * M + m0;
+            T* ot = out + t * M + m0;
+#pragma omp simd
+            for (int64_t j = 0; j < w; ++j) {
+                const T hj = at[j] * h[j] + bt[j];
+                h[j] = hj;
+                ot[j] = hj;
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+"""Loading of the C CPU kernels (``ssmscan._cpu_kernels``) and running them on threads.
+
+The library is built by ``pip install`` (see ``setup.py``) from ``cpu_kernels.c``. It is a plain
+shared library called through ctypes; ctypes releases the GIL during a call, so the rows of one
+op call are split into contiguous ranges and run on a small thread pool (``torch.get_num_threads()``
+threads), each range writing disjoint outputs or its own partial buffers.
+Nothing is loaded or started at import time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+_B = ctypes.c_int
+
+_SIGNATURES: dict[str, list[type]] = {
+    "ssm_fwd": [_P] * 9 + [_B] + [_I] * 7 + [_P] * 4,
+    "ssm_bwd": [_P] * 11 + [_B] + [_I] * 7 + [_P] * 10,
+    "lin_scan": [_P] * 3 + [_B] + [_I] * 4 + [_P],
+}
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    spec = importlib.util.find_spec("ssmscan._cpu_kernels")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            "ssmscan's CPU kernels (ssmscan._cpu_kernels) are not built. Install the package with "
+            "`pip install -e .` (or `pip install .`) so setup.py compiles them; a C compiler is "
+            "needed at install time."
+        )
+    lib = ctypes.CDLL(spec.origin)
+    for base, argtypes in _SIGNATURES.items():
+        for sfx in ("f32", "f64"):
+            fn = getattr(lib, f"{base}_{sfx}")
+            fn.argtypes = argtypes
+            fn.restype = None
+    lib.ssm_math_f32.argtypes = [_P, _I, _P, _P]
+    lib.ssm_math_f32.restype = None
+    return lib
+
+
+def kernel(base: str, dtype: torch.dtype) -> Callable[..., None]:
+    """The C function ``base`` for ``dtype`` (float32 or float64)."""
+    sfx = {torch.float32: "f32", torch.float64: "f64"}[dtype]
+    return getattr(library(), f"{base}_{sfx}")
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssmscan-cpu")
+
+
+def ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def split_ranges(total: int, parts: int) -> list[tuple[int, int]]:
+    """``total`` items in at most ``parts`` contiguous, nearly equal, non-empty ranges."""
+    parts = max(1, min(parts, total))
+    step, extra = divmod(total, parts)
+    ranges, start = [], 0
+    for i in range(parts):
+        end = start + step + (1 if i < extra else 0)
+        ranges.append((start, end))
+        start = end
+    return ranges
+
+
+def num_workers(total: int) -> int:
+    return max(1, min(torch.get_num_threads(), total))
+
+
+def run_ranges(fn: Callable[[int, int, int], None], total: int, workers: int) -> None:
+    """Call ``fn(worker_index, begin, end)`` for each range of ``total`` rows, in parallel."""
+    ranges = split_ranges(total, workers)
+    if len(ranges) == 1:
+        fn(0, *ranges[0])
+        return
+    pool = _pool(len(ranges))
+    futures = [pool.submit(fn, i, b, e) for i, (b, e) in enumerate(ranges)]
+    for f in futures:
+        f.result()

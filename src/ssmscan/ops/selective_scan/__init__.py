@@ -1,0 +1,1 @@
+"""The selective scan op (Mamba-1)."""

@@ -1,0 +1,62 @@
+"""The output contract of ``ssmscan::selective_scan_fwd``: shapes, dtypes and strides every
+realization returns and every fake allocates.
+
+Outputs are always freshly allocated and contiguous, whatever the strides of the inputs:
+
+* ``out``          (batch, dim, L), dtype of ``u``
+* ``last_state``   (batch, dim, N), the state dtype (float64 for float64 ``u``, else float32)
+* ``checkpoints``  (batch, dim, ceil(L / CHECKPOINT_LEN), N), state dtype: the state *before*
+  each chunk of ``CHECKPOINT_LEN`` steps (entry 0 is the initial state). The backward recomputes
+  the states inside a chunk from these, so the (batch, dim, N, L) state tensor is never stored.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CHECKPOINT_LEN = 256
+
+
+def state_dtype(u_dtype: torch.dtype) -> torch.dtype:
+    """Accumulation and state dtype for inputs of ``u_dtype``."""
+    return torch.float64 if u_dtype == torch.float64 else torch.float32
+
+
+def num_checkpoints(L: int | torch.SymInt) -> int | torch.SymInt:
+    return (L + CHECKPOINT_LEN - 1) // CHECKPOINT_LEN
+
+
+def empty_forward_outputs(
+    u: torch.Tensor, A: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Allocate (out, last_state, checkpoints) for inputs shaped like ``u`` (batch, dim, L)
+    and ``A`` (dim, N). Used by the fakes and by every real realization."""
+    batch, dim, L = u.shape
+    N = A.shape[1]
+    sdt = state_dtype(u.dtype)
+    out = torch.empty((batch, dim, L), dtype=u.dtype, device=u.device)
+    last = torch.empty((batch, dim, N), dtype=sdt, device=u.device)
+    ckpt = torch.empty((batch, dim, num_checkpoints(L), N), dtype=sdt, device=u.device)
+    return out, last, ckpt
+
+
+def empty_backward_outputs(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Allocate the gradients: one contiguous tensor per differentiable input, with that input's
+    shape and dtype. The optional inputs' gradients come as a list, in argument order
+    (D, z, delta_bias, initial_state), holding only those that were given."""
+
+    def like(t: torch.Tensor) -> torch.Tensor:
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+    optional = [like(t) for t in (D, z, delta_bias, initial_state) if t is not None]
+    return like(u), like(delta), like(A), like(B), like(C), optional
