@@ -41,10 +41,21 @@ def flip(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 def interleave(even: torch.Tensor, odd: torch.Tensor, dim: int) -> torch.Tensor:
     """``[e0, o0, e1, o1, ...]`` along ``dim`` from two tensors of the same shape."""
-    both = cat([aten.unsqueeze.default(even, dim + 1), aten.unsqueeze.default(odd, dim + 1)], dim + 1)
+    both = cat(
+        [aten.unsqueeze.default(even, dim + 1), aten.unsqueeze.default(odd, dim + 1)], dim + 1
+    )
     shape = list(both.shape)
     merged = [*shape[:dim], shape[dim] * 2, *shape[dim + 2 :]]
     return aten.view.default(both, merged)  # `both` is a fresh cat output, hence contiguous
+
+
+def interleave_uneven(even: torch.Tensor, odd: torch.Tensor, dim: int) -> torch.Tensor:
+    """Interleave when ``even`` has as many or one more elements along ``dim`` than ``odd``."""
+    ne, no = length(even, dim), length(odd, dim)
+    if ne == no:
+        return interleave(even, odd, dim)
+    both = interleave(narrow(even, dim, 0, no), odd, dim)
+    return cat([both, narrow(even, dim, no, ne)], dim)
 
 
 def split_dim(x: torch.Tensor, dim: int, outer: int, inner: int) -> torch.Tensor:

@@ -1,0 +1,163 @@
+"""Shared plumbing of the passes: results, graph access, splicing a traced function in for a node."""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+__all__ = ["Decision", "PassResult"]
+
+LOWERING_META = "ssmscan_lowering"  # node.meta key on every node a pass creates
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a pass did (or would do) with one scan-like node."""
+
+    node: str
+    op: str
+    lowered: bool
+    algorithm: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        how = f"lowered ({self.algorithm})" if self.lowered else "left"
+        return f"{self.node} [{self.op}]: {how}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """``changed``: whether the graph was modified; ``decisions``: one entry per node considered."""
+
+    changed: bool
+    decisions: tuple[Decision, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.changed
+
+
+def graph_module_of(program: Any) -> tuple[fx.GraphModule, torch.export.ExportedProgram | None]:
+    if isinstance(program, torch.export.ExportedProgram):
+        return program.graph_module, program
+    if isinstance(program, fx.GraphModule):
+        return program, None
+    raise TypeError(f"expected an ExportedProgram or a GraphModule, got {type(program).__name__}")
+
+
+def is_higher_order(node: fx.Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
+
+
+def nodes_calling(gm: fx.GraphModule, target: object) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is target]
+
+
+def submodule(gm: fx.GraphModule, node: fx.Node) -> fx.GraphModule | None:
+    if not isinstance(node, fx.Node) or node.op != "get_attr":
+        return None
+    mod = gm
+    for part in str(node.target).split("."):
+        mod = getattr(mod, part, None)  # type: ignore[assignment]
+        if mod is None:
+            return None
+    return mod if isinstance(mod, fx.GraphModule) else None
+
+
+def output_users(node: fx.Node, count: int) -> list[list[fx.Node]] | None:
+    """The ``getitem`` users of a multi-output node, per output; None if used otherwise."""
+    users: list[list[fx.Node]] = [[] for _ in range(count)]
+    for u in node.users:
+        if u.target is not operator.getitem or not isinstance(u.args[1], int):
+            return None
+        users[u.args[1]].append(u)
+    return users
+
+
+def splice(
+    gm: fx.GraphModule,
+    node: fx.Node,
+    fn: Callable[..., Sequence[torch.Tensor | None]],
+    inputs: Sequence[fx.Node],
+    tag: dict[str, str],
+) -> None:
+    """Replace ``node`` (whose outputs are read through ``getitem``) by ``fn(*inputs)``, traced to aten.
+
+    ``fn`` is traced with ``make_fx`` on the inputs' fake values (inside their fake mode, so symbolic
+    sizes keep their shape environment and no guard is added); every new node keeps the ``val`` the
+    trace gives it and is tagged with ``tag``. ``fn`` returns one entry per output of ``node``; None
+    for an output nobody reads.
+    """
+    vals = [i.meta["val"] for i in inputs]
+    mode = detect_fake_mode(vals)
+    with mode if mode is not None else contextlib.nullcontext():
+        traced = make_fx(fn, tracing_mode="real", pre_dispatch=True)(*vals)
+    users = output_users(node, len(node.meta["val"]))
+    assert users is not None
+    env: dict[fx.Node, fx.Node] = {}
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    for p, i in zip(placeholders, inputs, strict=True):
+        env[p] = i
+    outs: Any = None
+    with gm.graph.inserting_before(node):
+        for n in traced.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                outs = n.args[0]
+                break
+            if n.op == "get_attr":
+                raise RuntimeError("a lowering must not create constants")
+            new = gm.graph.node_copy(n, lambda x: env[x])
+            new.meta[LOWERING_META] = dict(tag)
+            env[n] = new
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    for i, us in enumerate(users):
+        if not us:
+            continue
+        out = outs[i]
+        assert isinstance(out, fx.Node), "fn returned None for an output that is read"
+        for u in us:
+            u.replace_all_uses_with(env[out])
+            gm.graph.erase_node(u)
+    gm.graph.erase_node(node)
+
+
+def finish(gm: fx.GraphModule, program: torch.export.ExportedProgram | None) -> None:
+    """Dead-code elimination, fresh fake values downstream, lint, recompile, signature names."""
+    gm.graph.eliminate_dead_code()
+    gm.delete_all_unused_submodules()
+    _repropagate(gm)
+    gm.graph.lint()
+    gm.recompile()
+    if program is not None:
+        _sync_output_names(gm, program)
+
+
+def _repropagate(gm: fx.GraphModule) -> None:
+    """Recompute ``val`` on every node: a HOP's fake output strides can differ from the real ones."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [p.meta.get("val") for p in placeholders]
+    if any(v is None for v in vals):
+        return
+    mode = detect_fake_mode(vals)
+    if mode is None:
+        return
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
+
+
+def _sync_output_names(gm: fx.GraphModule, program: torch.export.ExportedProgram) -> None:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    args = out.args[0]
+    for spec, arg in zip(program.graph_signature.output_specs, args, strict=True):
+        if isinstance(arg, fx.Node) and hasattr(spec.arg, "name") and spec.arg.name != arg.name:
+            spec.arg = type(spec.arg)(name=arg.name)
