@@ -6,17 +6,18 @@
  * channel dimension for linear_scan) and are vectorized with `#pragma omp simd`; the float
  * exponential and logarithm below are written to vectorize (no libm calls in the hot loops).
  *
- * Hot functions are compiled three times (generic x86-64, AVX2+FMA, AVX-512) and the best is
- * picked when the library loads (GCC function multiversioning).
+ * setup.py builds this file once per x86-64 ISA level (baseline, v3 = AVX2+FMA, v4 = AVX-512);
+ * cpu_lib.py loads the best one the CPU supports.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define SSM_CLONES __attribute__((target_clones("default", "arch=haswell", "arch=skylake-avx512")))
+
+#if defined(__GNUC__)
+#define SSM_INLINE static inline __attribute__((always_inline))
 #else
-#define SSM_CLONES
+#define SSM_INLINE static inline
 #endif
 
 typedef union { float f; int32_t i; } ssm_f32bits;
@@ -25,7 +26,7 @@ typedef union { float f; int32_t i; } ssm_f32bits;
  * underflows gradually through denormals to 0. Range reduction x = k ln2 + r, |r| <= ln2/2, then a
  * degree-6 minimax polynomial for exp(r) (the Cephes expf coefficients) and 2^k applied as two
  * factors so that k in [-150, 128] never overflows an exponent field. */
-static inline float ssm_expf(float x) {
+SSM_INLINE float ssm_expf(float x) {
     const float lo = -104.0f, hi = 88.7228394f;
     float xc = x < lo ? lo : x;
     xc = xc > hi ? hi : xc;
@@ -53,7 +54,7 @@ static inline float ssm_expf(float x) {
 }
 
 /* log(x) for finite x > 0 in float, vectorizable (Cephes logf polynomial). */
-static inline float ssm_logf(float x) {
+SSM_INLINE float ssm_logf(float x) {
     ssm_f32bits b;
     b.f = x;
     int32_t e = ((b.i >> 23) & 0xff) - 126;
@@ -80,7 +81,7 @@ static inline float ssm_logf(float x) {
 
 /* softplus(x) = log1p(exp(x)) with F.softplus's threshold 20; log1p through the
  * u = 1 + e, log(u) * e / (u - 1) correction, accurate for tiny e. */
-static inline float ssm_softplusf(float x) {
+SSM_INLINE float ssm_softplusf(float x) {
     float e = ssm_expf(x);
     float u = 1.0f + e;
     float d = u - 1.0f;
@@ -89,7 +90,7 @@ static inline float ssm_softplusf(float x) {
     return x > 20.0f ? x : l;
 }
 
-static inline double ssm_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+SSM_INLINE double ssm_softplus(double x) { return x > 20.0 ? x : log1p(exp(x)); }
 
 #define T float
 #define SFX f32

@@ -1,6 +1,7 @@
 """Loading of the C CPU kernels (``ssmscan._cpu_kernels``) and running them on threads.
 
-The library is built by ``pip install`` (see ``setup.py``) from ``cpu_kernels.c``. It is a plain
+The library is built by ``pip install`` (see ``setup.py``) from ``cpu_kernels.c``, on x86-64 once
+per ISA level; the best level this CPU supports is loaded. It is a plain
 shared library called through ctypes; ctypes releases the GIL during a call, so the rows of one
 op call are split into contiguous ranges and run on a small thread pool (``torch.get_num_threads()``
 threads), each range writing disjoint outputs or its own partial buffers.
@@ -28,9 +29,20 @@ _SIGNATURES: dict[str, list[type]] = {
 }
 
 
+def _variants() -> list[str]:
+    """Module names of the kernel builds, best first, that this CPU can run."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    order = {"AVX512": ["_v4", "_v3", ""], "AVX2": ["_v3", ""]}.get(capability, [""])
+    return [f"ssmscan._cpu_kernels{suffix}" for suffix in order]
+
+
 @functools.cache
 def library() -> ctypes.CDLL:
-    spec = importlib.util.find_spec("ssmscan._cpu_kernels")
+    spec = None
+    for name in _variants():
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin is not None:
+            break
     if spec is None or spec.origin is None:
         raise RuntimeError(
             "ssmscan's CPU kernels (ssmscan._cpu_kernels) are not built. Install the package with "

@@ -32,7 +32,7 @@ def _time_major(B: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _workspace(workers: int, N: int, dtype: torch.dtype) -> torch.Tensor:
     K = CHECKPOINT_LEN
-    return torch.empty(workers, 2 * K * N + 5 * K + 2 * N, dtype=dtype)
+    return torch.empty(workers, 2 * K * N + 8 * K + 4 * N, dtype=dtype)
 
 
 @custom_op(qualname("selective_scan_fwd_cpu"), mutates_args=(), device_types="cpu")
