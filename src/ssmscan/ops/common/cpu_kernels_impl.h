@@ -6,7 +6,8 @@
  *   Bt, Ct, dBt, dCt:                 (batch, G, L, N)   (B, C transposed so a timestep's N
  *                                                         values are adjacent)
  *   A, dA: (dim, N);  D, bias, dD, dbias: (dim);  h0, last, dlast, dh0: (batch, dim, N)
- *   ckpt: (batch, dim, ceil(L/K), N), the state before each chunk of K steps.
+ *   ckpt: (batch, dim, ceil(L/K) + 1, N), the state before each chunk of K steps, then the final
+ *         state.
  * A "row" is one (b, d) pair, row = b * dim + d; a call handles rows [row_begin, row_end).
  * Workspace: at least (2*K*N + 8*K + 4*N) elements of T, private to the call.
  */
@@ -94,7 +95,7 @@ void SSM_FN(ssm_fwd)(const T* u, const T* delta, const T* A, const T* Bt, const 
         else memset(h, 0, N * sizeof(T));
         for (int64_t c = 0; c < nck; ++c) {
             const int64_t t0 = c * K, n_t = (L - t0 < K) ? L - t0 : K;
-            memcpy(ckpt + (row * nck + c) * N, h, N * sizeof(T));
+            memcpy(ckpt + (row * (nck + 1) + c) * N, h, N * sizeof(T));
             SSM_FN(chunk_dt)(delta + o + t0, bias_d, softplus, n_t, dt);
             SSM_FN(chunk_decay)(Ad, dt, n_t, N, E);
             const T* Bp = Bt + ((b * G + g) * L + t0) * N;
@@ -114,6 +115,7 @@ void SSM_FN(ssm_fwd)(const T* u, const T* delta, const T* A, const T* Bt, const 
             }
         }
         memcpy(last + row * N, h, N * sizeof(T));
+        memcpy(ckpt + (row * (nck + 1) + nck) * N, h, N * sizeof(T));
     }
 }
 
@@ -161,7 +163,7 @@ void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, 
         T dD_acc = 0, dbias_acc = 0;
         for (int64_t c = nck - 1; c >= 0; --c) {
             const int64_t t0 = c * K, n_t = (L - t0 < K) ? L - t0 : K;
-            const T* h_init = ckpt + (row * nck + c) * N;
+            const T* h_init = ckpt + (row * (nck + 1) + c) * N;
             const T* uc = u + o + t0;
             const T* Bc = Bt + ((b * G + gr) * L + t0) * N;
             const T* Cc = Ct + ((b * G + gr) * L + t0) * N;

@@ -5,9 +5,12 @@ Outputs are always freshly allocated and contiguous, whatever the strides of the
 
 * ``out``          (batch, dim, L), dtype of ``u``
 * ``last_state``   (batch, dim, N), the state dtype (float64 for float64 ``u``, else float32)
-* ``checkpoints``  (batch, dim, ceil(L / CHECKPOINT_LEN), N), state dtype: the state *before*
-  each chunk of ``CHECKPOINT_LEN`` steps (entry 0 is the initial state). The backward recomputes
-  the states inside a chunk from these, so the (batch, dim, N, L) state tensor is never stored.
+* ``checkpoints``  (batch, dim, ceil(L / CHECKPOINT_LEN) + 1, N), state dtype: entry c is the
+  state *before* chunk c of ``CHECKPOINT_LEN`` steps (entry 0 is the initial state), the last entry
+  the final state. The backward recomputes the states inside a chunk from these, so the
+  (batch, dim, N, L) state tensor is never stored. (The extra final entry also keeps this size
+  from ever being 1 for L >= 1: a size-1 dimension makes symbolic-shape tracing guard on
+  L <= CHECKPOINT_LEN, which would split dynamic-L exports and compiles at that length.)
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ def state_dtype(u_dtype: torch.dtype) -> torch.dtype:
 
 
 def num_checkpoints(L: int | torch.SymInt) -> int | torch.SymInt:
-    return (L + CHECKPOINT_LEN - 1) // CHECKPOINT_LEN
+    """Entries along the checkpoint dimension: one per chunk, plus the final state."""
+    return (L + CHECKPOINT_LEN - 1) // CHECKPOINT_LEN + 1
 
 
 def empty_forward_outputs(
