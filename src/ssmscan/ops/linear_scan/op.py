@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.library import register_autograd, triton_op
+from torch.library import register_autograd
 
-from ssmscan._library import qualname
+from ssmscan._library import qualname, triton_backed_op
 from ssmscan.ops.linear_scan import cpu
 from ssmscan.ops.linear_scan.cpu import compute_dtype, time_major
 
 
-@triton_op(qualname("linear_scan_fwd"), mutates_args=())
+@triton_backed_op("linear_scan_fwd")
 def linear_scan_fwd(
     a: torch.Tensor, b: torch.Tensor, initial: torch.Tensor | None, dim: int, reverse: bool
 ) -> torch.Tensor:
@@ -47,7 +47,7 @@ def linear_scan_fwd(
 # For ``reverse`` mirror every index.
 
 
-@triton_op(qualname("linear_scan_bwd"), mutates_args=())
+@triton_backed_op("linear_scan_bwd")
 def linear_scan_bwd(
     grad: torch.Tensor,
     a: torch.Tensor,

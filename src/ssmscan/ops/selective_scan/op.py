@@ -1,6 +1,6 @@
 """Registration of ``ssmscan::selective_scan_fwd`` / ``ssmscan::selective_scan_bwd``.
 
-Both public ops are ``triton_op``s: their body is the device dispatch. On CUDA it launches the
+Both public ops are ``triton_op``s (defined through ``_library.triton_backed_op``): their body is the device dispatch. On CUDA it launches the
 Triton kernels through ``wrap_triton`` (so ``torch.compile`` and AOTInductor see into them); on CPU
 it calls the opaque C-kernel ops ``selective_scan_fwd_cpu`` / ``selective_scan_bwd_cpu``. The body
 is also the fake: every path allocates its outputs with ``shapes.empty_*_outputs`` (fresh,
@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.library import register_autograd, triton_op
+from torch.library import register_autograd
 
-from ssmscan._library import qualname
+from ssmscan._library import qualname, triton_backed_op
 from ssmscan.ops.selective_scan import cpu
 from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
 
@@ -27,7 +27,7 @@ def _check_device_supported(u: torch.Tensor) -> None:
         )
 
 
-@triton_op(qualname("selective_scan_fwd"), mutates_args=())
+@triton_backed_op("selective_scan_fwd")
 def selective_scan_fwd(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -53,7 +53,7 @@ def selective_scan_fwd(
     )
 
 
-@triton_op(qualname("selective_scan_bwd"), mutates_args=())
+@triton_backed_op("selective_scan_bwd")
 def selective_scan_bwd(
     dout: torch.Tensor,
     dlast_state: torch.Tensor | None,
