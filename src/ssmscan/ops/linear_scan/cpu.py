@@ -5,6 +5,8 @@ Works on a time-major (L, M) copy; half precision is computed in float32.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.library import custom_op
 
@@ -20,7 +22,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def time_major(t: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
     """``t`` with ``dim`` moved first and the rest flattened: contiguous (L, M) in ``dtype``."""
     moved = t.movedim(dim, 0)
-    return moved.to(dtype).reshape(moved.shape[0], -1).contiguous()
+    return moved.to(dtype).reshape(moved.shape[0], math.prod(moved.shape[1:])).contiguous()
 
 
 @custom_op(qualname("linear_scan_fwd_cpu"), mutates_args=(), device_types="cpu")
