@@ -88,3 +88,20 @@ def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:
 
 def num_groups(B: torch.Tensor) -> int:
     return 1 if B.dim() == 3 else B.shape[1]
+
+
+def block_channels(batch: int, dim: int, G: int) -> tuple[int, int]:
+    """(BLOCK_D, num_warps): one channel per thread; the largest block that still gives a few
+    programs per multiprocessor, and (for grouped B / C) one that never straddles two groups,
+    so that B_t / C_t are broadcast loads and the dB / dC partials are per group."""
+    block_d, warps = 32, 1
+    for bd, w in ((128, 4), (64, 2)):
+        if batch * triton.cdiv(dim, bd) >= 3 * 132:
+            block_d, warps = bd, w
+            break
+    if G > 1:
+        per_group = dim // G
+        limit = per_group & -per_group  # largest power of two dividing it
+        if limit < block_d:
+            block_d, warps = limit, max(1, limit // 32)
+    return block_d, warps

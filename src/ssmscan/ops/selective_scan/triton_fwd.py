@@ -19,6 +19,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     _sigmoid,
     _softplus,
     _split4,
+    block_channels,
     num_groups,
     pad_states,
     prep_A,
@@ -38,14 +39,6 @@ def _fwd_step(h, b_A2, dt, dtu, p_B, p_C, t, L, NP: tl.constexpr):
     return h, y
 
 
-@triton.heuristics(
-    {
-        "HAS_D": lambda a: a["Dv"] is not None,
-        "HAS_Z": lambda a: a["z"] is not None,
-        "HAS_BIAS": lambda a: a["delta_bias"] is not None,
-        "HAS_INIT": lambda a: a["init"] is not None,
-    }
-)
 @triton.jit
 def _selective_scan_fwd_kernel(
     u,  # (batch, dim, L) input
@@ -69,7 +62,6 @@ def _selective_scan_fwd_kernel(
     NP: tl.constexpr,  # padded states, multiple of 4
     CK: tl.constexpr,  # checkpoint chunk length, multiple of 4
     BLOCK_D: tl.constexpr,  # channels per program
-    GROUP_PER_D: tl.constexpr,  # channels of one block may belong to different B / C groups
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -92,12 +84,8 @@ def _selective_scan_fwd_kernel(
         b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0)
 
     row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
-    if GROUP_PER_D:  # the block spans several groups of B / C
-        grp = (o_d // (dim // G)).to(tl.int64)
-        bc = ((i_b * G + grp) * L)[:, None, None] * NP + o_n  # (BLOCK_D, NG, 4)
-    else:  # one group for the whole block: broadcast loads
-        grp = (i_d * BLOCK_D) // (dim // G)
-        bc = (i_b * G + grp) * L * NP + o_n  # (1, NG, 4)
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    bc = (i_b * G + grp) * L * NP + o_n  # (1, NG, 4): B_t / C_t are broadcast loads
     p_B = Bt + bc
     p_C = Ct + bc
     st = (i_b * dim + o_d.to(tl.int64))[:, None, None] * N + o_n  # (BLOCK_D, NG, 4) state offsets
@@ -107,41 +95,47 @@ def _selective_scan_fwd_kernel(
         h = tl.zeros((BLOCK_D, NG, 4), dtype=tl.float32)
 
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None, None] * NCK * N + o_n
-    for c in range(0, NCK):
-        tl.store(p_ck + c * N, h, mask=m_dn)
-        for t0 in range(c * CK, tl.minimum(c * CK + CK, L), 4):
-            o = row[:, None] + (t0 + o_t)[None, :]
-            m = m_d[:, None] & ((t0 + o_t) < L)[None, :]
-            b_u = tl.load(u + o, mask=m, other=0.0).to(tl.float32)
-            b_dt = tl.load(delta + o, mask=m, other=0.0).to(tl.float32)
-            if HAS_BIAS:
-                b_dt += b_bias[:, None]
-            if SOFTPLUS:
-                b_dt = _softplus(b_dt)
-            b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-            b_dtu = b_dt * b_u
-            dt0, dt1, dt2, dt3 = _split4(b_dt)
-            x0, x1, x2, x3 = _split4(b_dtu)
-            h, y0 = _fwd_step(h, b_A2, dt0, x0, p_B, p_C, t0, L, NP)
-            h, y1 = _fwd_step(h, b_A2, dt1, x1, p_B, p_C, t0 + 1, L, NP)
-            h, y2 = _fwd_step(h, b_A2, dt2, x2, p_B, p_C, t0 + 2, L, NP)
-            h, y3 = _fwd_step(h, b_A2, dt3, x3, p_B, p_C, t0 + 3, L, NP)
-            b_y = _join4(y0, y1, y2, y3)
-            if HAS_D:
-                b_y += b_D[:, None] * b_u
-            if HAS_Z:
-                b_z = tl.load(z + o, mask=m, other=0.0).to(tl.float32)
-                b_y *= b_z * _sigmoid(b_z)
-            tl.store(out + o, b_y.to(out.dtype.element_ty), mask=m)
+    # one flat loop over 4-step tiles; the next tile's u / delta / z are loaded before the current
+    # tile is computed, so their latency hides behind a tile of exp2 work
+    o = row[:, None] + o_t[None, :]
+    m = m_d[:, None] & (o_t < L)[None, :]
+    n_u = tl.load(u + o, mask=m, other=0.0)
+    n_dt = tl.load(delta + o, mask=m, other=0.0)
+    if HAS_Z:
+        n_z = tl.load(z + o, mask=m, other=0.0)
+    for t0 in range(0, L, 4):
+        if t0 % CK == 0:
+            tl.store(p_ck + (t0 // CK) * N, h, mask=m_dn)
+        m = m_d[:, None] & ((t0 + o_t) < L)[None, :]
+        o = row[:, None] + (t0 + o_t)[None, :]
+        b_u = n_u.to(tl.float32)
+        b_dt = n_dt.to(tl.float32)
+        if HAS_Z:
+            b_z = n_z.to(tl.float32)
+        m_next = m_d[:, None] & ((t0 + 4 + o_t) < L)[None, :]
+        n_u = tl.load(u + o + 4, mask=m_next, other=0.0)
+        n_dt = tl.load(delta + o + 4, mask=m_next, other=0.0)
+        if HAS_Z:
+            n_z = tl.load(z + o + 4, mask=m_next, other=0.0)
+        if HAS_BIAS:
+            b_dt += b_bias[:, None]
+        if SOFTPLUS:
+            b_dt = _softplus(b_dt)
+        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+        b_dtu = b_dt * b_u
+        dt0, dt1, dt2, dt3 = _split4(b_dt)
+        x0, x1, x2, x3 = _split4(b_dtu)
+        h, y0 = _fwd_step(h, b_A2, dt0, x0, p_B, p_C, t0, L, NP)
+        h, y1 = _fwd_step(h, b_A2, dt1, x1, p_B, p_C, t0 + 1, L, NP)
+        h, y2 = _fwd_step(h, b_A2, dt2, x2, p_B, p_C, t0 + 2, L, NP)
+        h, y3 = _fwd_step(h, b_A2, dt3, x3, p_B, p_C, t0 + 3, L, NP)
+        b_y = _join4(y0, y1, y2, y3)
+        if HAS_D:
+            b_y += b_D[:, None] * b_u
+        if HAS_Z:
+            b_y *= b_z * _sigmoid(b_z)
+        tl.store(out + o, b_y.to(out.dtype.element_ty), mask=m)
     tl.store(last + st, h, mask=m_dn)
-
-
-def _block_d(batch: int, dim: int) -> tuple[int, int]:
-    """(BLOCK_D, num_warps): one channel per thread, as many warps as keep the grid full."""
-    for block_d, warps in ((128, 4), (64, 2), (32, 1)):
-        if batch * triton.cdiv(dim, block_d) >= 4 * 132 or block_d == 32:
-            return block_d, warps
-    return 32, 1
 
 
 def launch(
@@ -166,7 +160,7 @@ def launch(
     NP = pad_states(N)
     G = num_groups(B)
     assert CHECKPOINT_LEN % TILE_T == 0
-    block_d, warps = _block_d(batch, dim)
+    block_d, warps = block_channels(batch, dim, G)
     grid = (triton.cdiv(dim, block_d), batch)
     torch.library.wrap_triton(_selective_scan_fwd_kernel)[grid](
         u.contiguous(),
@@ -190,6 +184,9 @@ def launch(
         NP=NP,
         CK=CHECKPOINT_LEN,
         BLOCK_D=block_d,
-        GROUP_PER_D=G > 1 and (dim // G) % block_d != 0,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None,
+        HAS_INIT=initial_state is not None,
         num_warps=warps,
     )

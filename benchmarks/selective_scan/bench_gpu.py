@@ -1,0 +1,180 @@
+"""GPU selective scan: ssmscan's Triton kernels and mamba-ssm's CUDA kernel side by side.
+
+Correctness first: for every (shape, dtype) the forward is compared on a channel slice with the
+float64 reference, and the backward (all gradients) with mamba-ssm's where it is importable; a
+variant that fails is not timed. Times are ``triton.testing.do_bench`` medians; the floor is
+max(bytes / 4.2 TB/s, exponentials / 4.0e12 per s) (forward: one exp per (b, d, n, t) and each
+input read / output written once; forward+backward: two exps and the backward's reads / writes
+added).
+
+    PYTHONPATH=src:/tmp/mbuild python benchmarks/selective_scan/bench_gpu.py --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+import triton
+
+from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
+from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+from ssmscan.ops.selective_scan.reference import selective_scan_reference
+
+BW, EXP_RATE = 4.2e12, 4.0e12
+SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
+
+
+def set_checkpoint_len(k: int) -> None:
+    for mod in (shapes, triton_fwd, triton_bwd):
+        mod.CHECKPOINT_LEN = k
+
+
+def make(batch, dim, L, N, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s, dt=dtype: torch.randn(*s, generator=g, device="cuda", dtype=torch.float32).to(dt)  # noqa: E731
+    lo, hi = math.log(1e-3), math.log(1e-1)
+    dt = torch.exp(torch.rand(batch, dim, L, generator=g, device="cuda") * (hi - lo) + lo)
+    bias_dt = torch.exp(torch.rand(dim, generator=g, device="cuda") * (hi - lo) + lo)
+    inv = lambda y: y + torch.log(-torch.expm1(-y))  # noqa: E731
+    bias = inv(bias_dt)
+    return dict(
+        u=r(batch, dim, L), delta=(inv(dt) - bias[:, None]).to(dtype),
+        A=-torch.exp(0.5 * r(dim, N, dt=torch.float32)), B=r(batch, N, L), C=r(batch, N, L),
+        D=r(dim, dt=torch.float32), z=r(batch, dim, L), delta_bias=bias,
+    )
+
+
+def rel(x, r):
+    x, r = x.double(), r.double()
+    return ((x - r).abs().max() / r.abs().max()).item()
+
+
+def ours_fwd(kw):
+    return torch.ops.ssmscan.selective_scan_fwd(
+        kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"], kw["delta_bias"], None, True)
+
+
+def ours_fwd_bwd(kw, dout):
+    out, last, ck = ours_fwd(kw)
+    return torch.ops.ssmscan.selective_scan_bwd(
+        dout, None, kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"],
+        kw["delta_bias"], None, ck, True)
+
+
+def mamba_fwd(mb, kw):
+    B4, C4 = kw["B"].unsqueeze(1), kw["C"].unsqueeze(1)
+    return mb.fwd(kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], True)
+
+
+def mamba_fwd_bwd(mb, kw, dout):
+    B4, C4 = kw["B"].unsqueeze(1), kw["C"].unsqueeze(1)
+    out, x, out_z = mb.fwd(kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], True)
+    return mb.bwd(kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], dout, x,
+                  out, None, True, False)
+
+
+def references(kw, dout, mb):
+    """float64 forward on 128 channels of batch 0, and mamba-ssm's forward and gradients."""
+    sl = {k: v for k, v in kw.items()}
+    nd = min(128, kw["u"].shape[1])
+    for k in ("u", "delta", "z"):
+        sl[k] = kw[k][:1, :nd].double()
+    sl["A"], sl["D"], sl["delta_bias"] = kw["A"][:nd].double(), kw["D"][:nd].double(), kw["delta_bias"][:nd].double()
+    sl["B"], sl["C"] = kw["B"][:1].double(), kw["C"][:1].double()
+    r_out, r_last = selective_scan_reference(sl["u"], sl["delta"], sl["A"], sl["B"], sl["C"], sl["D"], sl["z"],
+                                             sl["delta_bias"], True, True)
+    if mb is None:
+        return nd, r_out, r_last, None, None
+    return nd, r_out, r_last, mamba_fwd(mb, kw)[2], mamba_fwd_bwd(mb, kw, dout)
+
+
+def check(kw, dout, refs):
+    """Errors of ours: forward vs float64 on a channel slice; everything vs mamba-ssm."""
+    nd, r_out, r_last, mo, theirs = refs
+    errs = {}
+    out, last, _ = ours_fwd(kw)
+    errs["out"] = rel(out[:1, :nd], r_out)
+    errs["last"] = rel(last[:1, :nd], r_last)
+    if mo is not None:
+        errs["out_vs_mamba"] = rel(out, mo)  # mo: mamba-ssm's gated output out_z
+        ours = ours_fwd_bwd(kw, dout)
+        names = ("du", "ddelta", "dA", "dB", "dC")
+        for n, a, b in zip(names, ours[:5], theirs[:5]):
+            errs[n + "_vs_mamba"] = rel(a, b.reshape(a.shape))
+        dD, dz, dbias = ours[5]
+        errs["dD_vs_mamba"] = rel(dD, theirs[5])
+        errs["dbias_vs_mamba"] = rel(dbias, theirs[6])
+        errs["dz_vs_mamba"] = rel(dz, theirs[7])
+    return errs
+
+
+def floors(batch, dim, L, N, dtype):
+    el = torch.empty((), dtype=dtype).element_size()
+    exps = batch * dim * L * N
+    bdl, bnl = batch * dim * L * el, batch * N * L * el
+    fwd_bytes = 4 * bdl + 2 * bnl  # u, delta, z in; out
+    fb_bytes = fwd_bytes + 7 * bdl + 4 * bnl  # + dout, u, delta, z in; du, ddelta, dz out; B, C in, dB, dC out
+    return max(fwd_bytes / BW, exps / EXP_RATE), max(fb_bytes / BW, 2 * exps / EXP_RATE)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench_gpu.json")
+    ap.add_argument("--ck", default="256,64", help="checkpoint lengths to time")
+    ap.add_argument("--tol-fwd", type=float, default=None)
+    args = ap.parse_args()
+    try:
+        import selective_scan_cuda as mb
+    except ImportError:
+        mb = None
+        print("mamba-ssm's selective_scan_cuda not importable: timing ours only", flush=True)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+    rows = []
+    for (batch, dim, L, N) in SHAPES:
+        for dtype in (torch.float32, torch.bfloat16):
+            kw = make(batch, dim, L, N, dtype)
+            dout = torch.randn(batch, dim, L, device="cuda").to(dtype)
+            f_floor, fb_floor = floors(batch, dim, L, N, dtype)
+            row = dict(shape=[batch, dim, L, N], dtype=str(dtype).split(".")[-1], floor_fwd_ms=f_floor * 1e3,
+                       floor_fb_ms=fb_floor * 1e3)
+            if mb is not None:
+                row["mamba_fwd_ms"] = triton.testing.do_bench(lambda: mamba_fwd(mb, kw), return_mode="median")
+                row["mamba_fb_ms"] = triton.testing.do_bench(lambda: mamba_fwd_bwd(mb, kw, dout), return_mode="median")
+            refs = references(kw, dout, mb)
+            for ck in [int(c) for c in args.ck.split(",")]:
+                set_checkpoint_len(ck)
+                errs = check(kw, dout, refs)
+                ok = errs["out"] <= tol[dtype] and errs["last"] <= tol[dtype] and all(
+                    v <= 10 * tol[dtype] for k, v in errs.items() if k.endswith("_vs_mamba"))
+                row[f"ck{ck}_errors"] = errs
+                row[f"ck{ck}_ok"] = ok
+                if not ok:
+                    print("FAILED CHECK, not timed:", row["shape"], row["dtype"], ck, errs, flush=True)
+                    continue
+                row[f"ck{ck}_fwd_ms"] = triton.testing.do_bench(lambda: ours_fwd(kw), return_mode="median")
+                row[f"ck{ck}_fb_ms"] = triton.testing.do_bench(lambda: ours_fwd_bwd(kw, dout), return_mode="median")
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del kw, dout, refs
+            torch.cuda.empty_cache()
+    meta = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(), torch=torch.__version__,
+                triton=triton.__version__, python=sys.version.split()[0])
+    json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
+    print("\n| shape | dtype | CK | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |")
+    for r in rows:
+        for ck in [int(c) for c in args.ck.split(",")]:
+            if f"ck{ck}_fwd_ms" not in r:
+                continue
+            mf, mfb = r.get("mamba_fwd_ms", float("nan")), r.get("mamba_fb_ms", float("nan"))
+            of, ofb = r[f"ck{ck}_fwd_ms"], r[f"ck{ck}_fb_ms"]
+            print(f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
+                  f"{r['floor_fwd_ms'] / of:.2f} | {mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} | {r['floor_fb_ms'] / ofb:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""One decode step of the selective scan: ``ssmscan.selective_state_update``."""

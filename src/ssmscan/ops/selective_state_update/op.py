@@ -1,0 +1,49 @@
+"""Registration of ``ssmscan::selective_state_update``: one decode step, functional.
+
+The op is functional (returns ``(out, new_state)``, mutates nothing), so ``torch.compile`` and
+``torch.export`` need no mutation handling; ``ssmscan.selective_state_update`` writes
+``new_state`` back into ``state`` with ``copy_`` for mamba-ssm compatibility, which
+functionalization turns into an ordinary copy under compile. CUDA: the Triton kernel through
+``wrap_triton``; CPU: the same math in aten ops (one step is a handful of elementwise ops).
+No autograd: decoding is inference.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.library import triton_op
+
+from ssmscan._library import qualname
+from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
+
+
+@triton_op(qualname("selective_state_update"), mutates_args=())
+def selective_state_update_op(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (batch, dim) in x's dtype, new_state (batch, dim, N) in state's dtype), both fresh
+    and contiguous."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    new_state = torch.empty(state.shape, dtype=state.dtype, device=state.device)
+    if x.device.type == "cuda":
+        from ssmscan.ops.selective_state_update import triton_fwd
+
+        triton_fwd.launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, new_state)
+        return out, new_state
+    if x.device.type not in ("cpu", "meta"):
+        raise NotImplementedError(
+            f"ssmscan::selective_state_update has kernels for cpu and cuda; got {x.device}"
+        )
+    y, h = selective_state_update_reference(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
+    out.copy_(y)
+    new_state.copy_(h)
+    return out, new_state
