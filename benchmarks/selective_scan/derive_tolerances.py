@@ -46,4 +46,4 @@ def worst_error(dtype: torch.dtype) -> tuple[float, str]:
 if __name__ == "__main__":
     for dt in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
         err, where = worst_error(dt)
-        print(f"{str(dt):16s} worst {err:.2e}  at {where}")
+        print(f"{dt!s:16s} worst {err:.2e}  at {where}")

@@ -152,7 +152,12 @@ def _repropagate(gm: fx.GraphModule) -> None:
     mode = detect_fake_mode(vals)
     if mode is None:
         return
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
+    try:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
+    except RuntimeError:
+        # Some meta kernels reject symbolic pads on re-propagation; the spliced nodes keep the
+        # values their trace gave them (same fake mode), downstream nodes keep theirs.
+        pass
 
 
 def _sync_output_names(gm: fx.GraphModule, program: torch.export.ExportedProgram) -> None:
