@@ -12,7 +12,14 @@ import platform
 from setuptools import Extension, setup
 
 SOURCE = "src/ssmscan/ops/common/cpu_kernels.c"
-FLAGS = ["-O3", "-std=c11", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+FLAGS = [
+    "-O3",
+    "-std=c11",
+    "-fopenmp-simd",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-ffp-contract=fast",
+]
 
 if platform.machine().lower() in ("x86_64", "amd64"):
     VARIANTS = {"": ["-march=x86-64"], "_v3": ["-march=x86-64-v3"], "_v4": ["-march=x86-64-v4"]}
@@ -21,7 +28,9 @@ else:
 
 setup(
     ext_modules=[
-        Extension(f"ssmscan._cpu_kernels{suffix}", sources=[SOURCE], extra_compile_args=FLAGS + extra)
+        Extension(
+            f"ssmscan._cpu_kernels{suffix}", sources=[SOURCE], extra_compile_args=FLAGS + extra
+        )
         for suffix, extra in VARIANTS.items()
     ]
 )

@@ -10,7 +10,9 @@ import pytest
 
 
 def _run(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_import_does_not_initialise_cuda_or_load_kernels():
@@ -36,8 +38,15 @@ def test_import_adds_under_a_second_to_torch():
     assert extra < 1.0, f"import ssmscan adds {extra:.2f} s"
 
 
-@pytest.mark.parametrize("name", ["ssmscan.selective_scan_fwd", "ssmscan.selective_scan_bwd",
-                                  "ssmscan.linear_scan_fwd", "ssmscan.linear_scan_bwd"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ssmscan.selective_scan_fwd",
+        "ssmscan.selective_scan_bwd",
+        "ssmscan.linear_scan_fwd",
+        "ssmscan.linear_scan_bwd",
+    ],
+)
 def test_ops_registered_after_import(name):
     import torch
 

@@ -21,17 +21,32 @@ def worst_error(dtype: torch.dtype) -> tuple[float, str]:
     for L, N, groups, flags in itertools.product((1, 2, 63, 1000), (1, 16), (None, 2), range(4)):
         on = [bool(flags & 1), bool(flags & 2)]
         kw = make_selective_scan_inputs(
-            2, 4, L, N, groups=groups, dtype=dtype, has_D=on[0], has_z=on[0], has_delta_bias=on[1],
-            delta_softplus=on[1], has_initial_state=on[0], seed=L + N, requires_grad=True,
+            2,
+            4,
+            L,
+            N,
+            groups=groups,
+            dtype=dtype,
+            has_D=on[0],
+            has_z=on[0],
+            has_delta_bias=on[1],
+            delta_softplus=on[1],
+            has_initial_state=on[0],
+            seed=L + N,
+            requires_grad=True,
         )
-        ref_in = {k: v.detach().double().requires_grad_() if isinstance(v, torch.Tensor) else v
-                  for k, v in kw.items()}
+        ref_in = {
+            k: v.detach().double().requires_grad_() if isinstance(v, torch.Tensor) else v
+            for k, v in kw.items()
+        }
         out, last = ssmscan.selective_scan(**kw, return_last_state=True)
         rout, rlast = ssmscan.selective_scan_reference(**ref_in, return_last_state=True)
         names = [k for k in TENSOR_ARGS if isinstance(kw[k], torch.Tensor)]
         g = torch.Generator().manual_seed(0)
         do = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype).double()
-        grads = torch.autograd.grad((out * do.to(out.dtype)).sum() + last.sum(), [kw[k] for k in names])
+        grads = torch.autograd.grad(
+            (out * do.to(out.dtype)).sum() + last.sum(), [kw[k] for k in names]
+        )
         rgrads = torch.autograd.grad((rout * do).sum() + rlast.sum(), [ref_in[k] for k in names])
         pairs = [("out", out, rout), ("last", last, rlast)] + [
             (f"d{k}", a, b) for k, a, b in zip(names, grads, rgrads)

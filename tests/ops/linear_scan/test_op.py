@@ -28,7 +28,11 @@ def test_matches_reference(shape_name, dt_name, with_initial, reverse):
     dtype = DTYPES[dt_name]
     a, b = make_linear_scan_inputs(shape, dtype=dtype, seed=len(shape_name), requires_grad=True)
     init_shape = tuple(s for i, s in enumerate(shape) if i != dim % len(shape))
-    initial = torch.randn(init_shape, dtype=torch.float64).to(dtype).requires_grad_() if with_initial else None
+    initial = (
+        torch.randn(init_shape, dtype=torch.float64).to(dtype).requires_grad_()
+        if with_initial
+        else None
+    )
     h = ssmscan.linear_scan(a, b, dim=dim, reverse=reverse, initial=initial)
     leaves = [t for t in (a, b, initial) if t is not None]
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
@@ -47,7 +51,9 @@ def test_gradcheck_float64():
     a, b = make_linear_scan_inputs((2, 7, 3), dtype=torch.float64, requires_grad=True)
     h0 = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     for reverse in (False, True):
-        assert torch.autograd.gradcheck(lambda a, b, h0: ssmscan.linear_scan(a, b, 1, reverse, h0), (a, b, h0))
+        assert torch.autograd.gradcheck(
+            lambda a, b, h0, reverse=reverse: ssmscan.linear_scan(a, b, 1, reverse, h0), (a, b, h0)
+        )
 
 
 def test_opcheck():
@@ -57,8 +63,10 @@ def test_opcheck():
         torch.library.opcheck(torch.ops.ssmscan.linear_scan_fwd.default, (a, b, init, dim, reverse))
         torch.library.opcheck(torch.ops.ssmscan.linear_scan_fwd.default, (a, b, None, dim, reverse))
         h = ssmscan.linear_scan(a, b, dim, reverse, init).detach()
-        torch.library.opcheck(torch.ops.ssmscan.linear_scan_bwd.default,
-                              (torch.randn(shape), a.detach(), h, init.detach(), dim, reverse))
+        torch.library.opcheck(
+            torch.ops.ssmscan.linear_scan_bwd.default,
+            (torch.randn(shape), a.detach(), h, init.detach(), dim, reverse),
+        )
     # a non-contiguous input
     a, b = make_linear_scan_inputs((4, 6))
     torch.library.opcheck(torch.ops.ssmscan.linear_scan_fwd.default, (a.t(), b.t(), None, 0, False))
@@ -73,10 +81,22 @@ def test_length_zero():
     ("kwargs", "exc", "pattern"),
     [
         (dict(a=torch.rand(3, 4), b=torch.rand(3, 5)), ValueError, r"a must have shape \(3, 5\)"),
-        (dict(a=torch.rand(3, 4, dtype=torch.float64), b=torch.rand(3, 4)), TypeError, r"a must have dtype in \[torch.float32\]"),
+        (
+            dict(a=torch.rand(3, 4, dtype=torch.float64), b=torch.rand(3, 4)),
+            TypeError,
+            r"a must have dtype in \[torch.float32\]",
+        ),
         (dict(a=torch.rand(3, 4), b=torch.rand(3, 4), dim=2), ValueError, r"dim=2 is out of range"),
-        (dict(a=torch.rand(3, 4), b=torch.rand(3, 4), initial=torch.rand(4)), ValueError, r"initial must have shape \(3,\)"),
-        (dict(a=torch.ones(3, dtype=torch.int64), b=torch.ones(3, dtype=torch.int64)), TypeError, r"b must have dtype in"),
+        (
+            dict(a=torch.rand(3, 4), b=torch.rand(3, 4), initial=torch.rand(4)),
+            ValueError,
+            r"initial must have shape \(3,\)",
+        ),
+        (
+            dict(a=torch.ones(3, dtype=torch.int64), b=torch.ones(3, dtype=torch.int64)),
+            TypeError,
+            r"b must have dtype in",
+        ),
     ],
     ids=["shape", "dtype", "dim", "initial", "int"],
 )

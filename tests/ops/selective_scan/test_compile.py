@@ -14,7 +14,9 @@ BACKENDS = ["eager", "aot_eager", "inductor", "inductor-dynamic"]
 
 
 def _step(u, delta, A, B, C, D, z, delta_bias, initial_state):
-    out, last = ssmscan.selective_scan(u, delta, A, B, C, D, z, delta_bias, True, True, initial_state)
+    out, last = ssmscan.selective_scan(
+        u, delta, A, B, C, D, z, delta_bias, True, True, initial_state
+    )
     return out, last
 
 
@@ -23,8 +25,12 @@ def _inputs(L, seed=0):
 
 
 def _grads(fn, kw):
-    leaves = {k: v.detach().clone().requires_grad_() for k, v in kw.items() if isinstance(v, torch.Tensor)}
-    out, last = fn(*(leaves[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")))
+    leaves = {
+        k: v.detach().clone().requires_grad_() for k, v in kw.items() if isinstance(v, torch.Tensor)
+    }
+    out, last = fn(
+        *(leaves[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state"))
+    )
     (out.square().sum() + last.sum()).backward()
     return out.detach(), last.detach(), {k: v.grad for k, v in leaves.items()}
 
@@ -37,7 +43,7 @@ def test_compile_fullgraph_forward_backward(backend):
     compiled = torch.compile(_step, backend=counter, fullgraph=True, dynamic=dynamic or None)
     # Both lengths above CHECKPOINT_LEN: a first call with L <= 256 has one checkpoint chunk, and
     # the 0/1 size specialization then guards L <= 256 (one recompile when crossing it).
-    for L in ((300, 777) if dynamic else (37,)):
+    for L in (300, 777) if dynamic else (37,):
         kw = _inputs(L, seed=L)
         out, last, grads = _grads(compiled, kw)
         ref_out, ref_last, ref_grads = _grads(_step, kw)
@@ -57,7 +63,9 @@ class _Block(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.randn(dim, generator=g) - 3)
 
     def forward(self, u, delta, B, C, z):
-        return ssmscan.selective_scan(u, delta, -torch.exp(self.A_log), B, C, self.D, z, self.bias, True)
+        return ssmscan.selective_scan(
+            u, delta, -torch.exp(self.A_log), B, C, self.D, z, self.bias, True
+        )
 
 
 def _block_inputs(L, seed=0):
@@ -82,7 +90,7 @@ def test_export_one_node_save_load(dynamic, tmp_path):
     path = tmp_path / "block.pt2"
     torch.export.save(ep, path)
     loaded = torch.export.load(path)
-    for L in ((50, 777) if dynamic else (50,)):
+    for L in (50, 777) if dynamic else (50,):
         args = _block_inputs(L, seed=L)
         torch.testing.assert_close(loaded.module()(*args), block(*args))
 

@@ -29,7 +29,9 @@ def _cases():
         if L == 1000 and dt_name != "fp32" and flags not in ("all", "none"):
             continue
         g = "3d" if groups is None else f"G{groups}"
-        yield pytest.param(L, N, groups, DTYPES[dt_name], flags, id=f"B2-D4-L{L}-N{N}-{g}-{dt_name}-{flags}")
+        yield pytest.param(
+            L, N, groups, DTYPES[dt_name], flags, id=f"B2-D4-L{L}-N{N}-{g}-{dt_name}-{flags}"
+        )
 
 
 def run_against_reference(kw: dict, dtype: torch.dtype) -> None:
@@ -67,9 +69,19 @@ def test_matches_reference(L, N, groups, dtype, flags):
     has_D, has_z, has_bias, softplus, has_h0 = FLAG_SETS[flags]
     dim = 4
     kw = make_selective_scan_inputs(
-        2, dim, L, N, groups=groups, dtype=dtype, has_D=has_D, has_z=has_z,
-        has_delta_bias=has_bias, delta_softplus=softplus, has_initial_state=has_h0,
-        seed=L * 31 + N, requires_grad=True,
+        2,
+        dim,
+        L,
+        N,
+        groups=groups,
+        dtype=dtype,
+        has_D=has_D,
+        has_z=has_z,
+        has_delta_bias=has_bias,
+        delta_softplus=softplus,
+        has_initial_state=has_h0,
+        seed=L * 31 + N,
+        requires_grad=True,
     )
     run_against_reference(kw, dtype)
 
@@ -77,20 +89,39 @@ def test_matches_reference(L, N, groups, dtype, flags):
 @pytest.mark.parametrize("dim", [6, 13], ids=["D6", "D13"])
 def test_many_rows_threads(dim):
     """More rows than threads and odd row counts: every row range boundary is exercised."""
-    kw = make_selective_scan_inputs(3, dim, 77, 16, groups=None, seed=dim, requires_grad=True,
-                                    has_initial_state=True)
+    kw = make_selective_scan_inputs(
+        3, dim, 77, 16, groups=None, seed=dim, requires_grad=True, has_initial_state=True
+    )
     run_against_reference(kw, torch.float32)
 
 
 def test_float16_inputs():
-    kw = make_selective_scan_inputs(2, 4, 63, 16, groups=2, dtype=torch.float16, seed=5,
-                                    requires_grad=True, has_initial_state=True)
+    kw = make_selective_scan_inputs(
+        2,
+        4,
+        63,
+        16,
+        groups=2,
+        dtype=torch.float16,
+        seed=5,
+        requires_grad=True,
+        has_initial_state=True,
+    )
     run_against_reference(kw, torch.float16)
 
 
 def test_gradcheck_float64():
-    kw = make_selective_scan_inputs(1, 2, 9, 3, groups=2, dtype=torch.float64, seed=3,
-                                    has_initial_state=True, requires_grad=True)
+    kw = make_selective_scan_inputs(
+        1,
+        2,
+        9,
+        3,
+        groups=2,
+        dtype=torch.float64,
+        seed=3,
+        has_initial_state=True,
+        requires_grad=True,
+    )
     names = [k for k in TENSOR_ARGS if isinstance(kw[k], torch.Tensor)]
 
     def f(*tensors):
@@ -131,13 +162,23 @@ def test_nan_propagates():
 
 def test_non_contiguous_inputs():
     kw = make_selective_scan_inputs(2, 4, 33, 16, seed=9)
-    nc = {k: (v.transpose(-1, -2).contiguous().transpose(-1, -2) if isinstance(v, torch.Tensor)
-              and v.dim() >= 2 else v) for k, v in kw.items()}
+    nc = {
+        k: (
+            v.transpose(-1, -2).contiguous().transpose(-1, -2)
+            if isinstance(v, torch.Tensor) and v.dim() >= 2
+            else v
+        )
+        for k, v in kw.items()
+    }
     assert not nc["u"].is_contiguous()
     torch.testing.assert_close(ssmscan.selective_scan(**nc), ssmscan.selective_scan(**kw))
 
 
 def test_impl_reference_and_cpu_agree():
     kw = make_selective_scan_inputs(2, 4, 50, 16, seed=2)
-    torch.testing.assert_close(ssmscan.selective_scan(**kw, impl="cpu"),
-                               ssmscan.selective_scan(**kw, impl="reference"), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        ssmscan.selective_scan(**kw, impl="cpu"),
+        ssmscan.selective_scan(**kw, impl="reference"),
+        rtol=1e-5,
+        atol=1e-5,
+    )

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import ssmscan  # noqa: F401  (registers the ops)
+import ssmscan
 from ssmscan.testing import make_selective_scan_inputs
 
 FWD = torch.ops.ssmscan.selective_scan_fwd.default
@@ -24,12 +24,21 @@ def _non_contiguous(t):
 SAMPLES = {
     "L1-N1-3d": dict(batch=1, dim=2, L=1, N=1),
     "L7-N4-G2-h0": dict(batch=2, dim=4, L=7, N=4, groups=2, has_initial_state=True),
-    "L63-N16-noopt": dict(batch=1, dim=3, L=63, N=16, has_D=False, has_z=False,
-                          has_delta_bias=False, delta_softplus=False),
+    "L63-N16-noopt": dict(
+        batch=1,
+        dim=3,
+        L=63,
+        N=16,
+        has_D=False,
+        has_z=False,
+        has_delta_bias=False,
+        delta_softplus=False,
+    ),
     "L300-N2-G1-sp": dict(batch=2, dim=2, L=300, N=2, groups=1, has_initial_state=True),
     "L5-N3-noncontig": dict(batch=2, dim=3, L=5, N=3, noncontig=True),
-    "L257-N2-noncontig-G3": dict(batch=1, dim=6, L=257, N=2, groups=3, noncontig=True,
-                                 has_initial_state=True),
+    "L257-N2-noncontig-G3": dict(
+        batch=1, dim=6, L=257, N=2, groups=3, noncontig=True, has_initial_state=True
+    ),
     "L0-N2": dict(batch=1, dim=2, L=0, N=2, has_initial_state=True),
 }
 
@@ -55,7 +64,11 @@ def test_opcheck_backward(name):
     args = sample_args(name)
     out, last, ckpt = FWD(*args)
     g = torch.Generator().manual_seed(0)
-    dout = _non_contiguous(torch.randn(out.shape, generator=g)) if "noncontig" in name else torch.randn(out.shape, generator=g)
+    dout = (
+        _non_contiguous(torch.randn(out.shape, generator=g))
+        if "noncontig" in name
+        else torch.randn(out.shape, generator=g)
+    )
     dlast = torch.randn(last.shape, generator=g)
     u, delta, A, B, C, D, z, bias, h0, sp = args
     torch.library.opcheck(BWD, (dout, dlast, u, delta, A, B, C, D, z, bias, h0, ckpt, sp))
@@ -85,8 +98,21 @@ def test_fake_matches_real_shapes_and_strides(name):
     for r, f in zip(real, fake, strict=True):
         assert (r.shape, r.stride(), r.dtype) == (f.shape, f.stride(), f.dtype)
     u, delta, A, B, C, D, z, bias, h0, sp = args
-    bwd_args = (torch.randn(real[0].shape), torch.randn(real[1].shape), u, delta, A, B, C, D, z,
-                bias, h0, real[2], sp)
+    bwd_args = (
+        torch.randn(real[0].shape),
+        torch.randn(real[1].shape),
+        u,
+        delta,
+        A,
+        B,
+        C,
+        D,
+        z,
+        bias,
+        h0,
+        real[2],
+        sp,
+    )
     real_b, fake_b = _flatten(BWD(*bwd_args)), _flatten(_fake_outputs(BWD, bwd_args))
     assert len(real_b) == len(fake_b)
     for r, f in zip(real_b, fake_b):
@@ -98,7 +124,9 @@ def test_outputs_alias_nothing(name):
     args = sample_args(name)
     outs = _flatten(FWD(*args))
     u, delta, A, B, C, D, z, bias, h0, sp = args
-    outs_b = _flatten(BWD(torch.randn(outs[0].shape), None, u, delta, A, B, C, D, z, bias, h0, outs[2], sp))
+    outs_b = _flatten(
+        BWD(torch.randn(outs[0].shape), None, u, delta, A, B, C, D, z, bias, h0, outs[2], sp)
+    )
     inputs = [a for a in args if isinstance(a, torch.Tensor)]
     everything = outs + outs_b
     storages = [t.untyped_storage().data_ptr() for t in everything if t.numel()]
@@ -123,6 +151,8 @@ def test_checkpoints_hold_the_states_before_each_chunk():
         if t == 0:
             expected = kw["initial_state"]
         else:
-            first = {k: (v[..., :t] if k in ("u", "delta", "z", "B", "C") else v) for k, v in kw.items()}
+            first = {
+                k: (v[..., :t] if k in ("u", "delta", "z", "B", "C") else v) for k, v in kw.items()
+            }
             expected = ssmscan.selective_scan(**first, return_last_state=True)[1]
         torch.testing.assert_close(ckpt[:, :, c], expected, rtol=1e-5, atol=1e-6)

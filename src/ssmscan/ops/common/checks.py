@@ -25,11 +25,11 @@ def check_ndim(name: str, t: torch.Tensor, ndims: Sequence[int], meaning: str) -
         raise ValueError(f"{name} must be {meaning}; got {describe(t)}")
 
 
-def check_shape(name: str, t: torch.Tensor, expected: Sequence[int | torch.SymInt], meaning: str) -> None:
+def check_shape(
+    name: str, t: torch.Tensor, expected: Sequence[int | torch.SymInt], meaning: str
+) -> None:
     if tuple(t.shape) != tuple(expected):
-        raise ValueError(
-            f"{name} must have shape {tuple(expected)} {meaning}; got {describe(t)}"
-        )
+        raise ValueError(f"{name} must have shape {tuple(expected)} {meaning}; got {describe(t)}")
 
 
 def check_dtype(name: str, t: torch.Tensor, allowed: Sequence[torch.dtype], why: str = "") -> None:

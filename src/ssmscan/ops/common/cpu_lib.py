@@ -15,6 +15,7 @@ import functools
 import importlib.util
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _B = ctypes.c_int
 
-_SIGNATURES: dict[str, list[type]] = {
+_SIGNATURES: dict[str, list[Any]] = {
     "ssm_fwd": [_P] * 9 + [_B] + [_I] * 7 + [_P] * 4,
     "ssm_bwd": [_P] * 11 + [_B] + [_I] * 7 + [_P] * 10,
     "lin_scan": [_P] * 3 + [_B] + [_I] * 4 + [_P],

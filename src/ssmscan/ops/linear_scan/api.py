@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ssmscan.ops.common.checks import FLOAT_DTYPES, check_dtype, check_same_device, check_shape, check_tensor, describe
+from ssmscan.ops.common.checks import (
+    FLOAT_DTYPES,
+    check_dtype,
+    check_same_device,
+    check_shape,
+    check_tensor,
+    describe,
+)
 from ssmscan.ops.linear_scan import op as _op  # noqa: F401  (registers the ops)
 
 
@@ -42,9 +49,13 @@ def linear_scan(
     check_shape("a", a, tuple(b.shape), "(the shape of b; nothing is broadcast)")
     check_dtype("a", a, (b.dtype,), "the dtype of b")
     if b.dim() == 0:
-        raise ValueError(f"b must have at least one dimension (the time dimension); got {describe(b)}")
+        raise ValueError(
+            f"b must have at least one dimension (the time dimension); got {describe(b)}"
+        )
     if not -b.dim() <= dim < b.dim():
-        raise ValueError(f"dim={dim} is out of range for b with {b.dim()} dimensions ({describe(b)})")
+        raise ValueError(
+            f"dim={dim} is out of range for b with {b.dim()} dimensions ({describe(b)})"
+        )
     dim = dim % b.dim()
     if initial is not None:
         check_tensor("initial", initial)

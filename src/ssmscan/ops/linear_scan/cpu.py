@@ -49,5 +49,5 @@ def linear_scan_fwd_cpu(
 
 
 @linear_scan_fwd_cpu.register_fake
-def _(a, b, initial, dim, reverse):  # type: ignore[no-untyped-def]
+def _(a, b, initial, dim, reverse):
     return torch.empty(b.shape, dtype=b.dtype, device=b.device)

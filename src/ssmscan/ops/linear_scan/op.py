@@ -35,7 +35,9 @@ def linear_scan_fwd(
         out.copy_(ot.reshape(moved_shape).movedim(0, dim))
         return out
     if b.device.type not in ("cpu", "meta"):
-        raise NotImplementedError(f"ssmscan::linear_scan has kernels for cpu and cuda; got {b.device}")
+        raise NotImplementedError(
+            f"ssmscan::linear_scan has kernels for cpu and cuda; got {b.device}"
+        )
     return cpu.linear_scan_fwd_cpu(a, b, initial, dim, reverse)
 
 
@@ -60,9 +62,15 @@ def linear_scan_bwd(
     L = a.shape[dim]
     if L == 0:
         extra = [] if initial is None else [torch.zeros_like(initial)]
-        return torch.zeros_like(a), torch.zeros_like(grad, memory_format=torch.contiguous_format), extra
-    first, rest = (a.narrow(dim, L - 1, 1), a.narrow(dim, 0, L - 1)) if reverse else (
-        a.narrow(dim, 0, 1), a.narrow(dim, 1, L - 1)
+        return (
+            torch.zeros_like(a),
+            torch.zeros_like(grad, memory_format=torch.contiguous_format),
+            extra,
+        )
+    first, rest = (
+        (a.narrow(dim, L - 1, 1), a.narrow(dim, 0, L - 1))
+        if reverse
+        else (a.narrow(dim, 0, 1), a.narrow(dim, 1, L - 1))
     )
     # a shifted one step towards the scan's start; the step that falls off the end is the one the
     # scan of g begins with, where it multiplies a zero state, so any finite value serves: ``first``
@@ -72,7 +80,9 @@ def linear_scan_bwd(
         h0 = initial.unsqueeze(dim).to(h.dtype)
     else:
         h0 = torch.zeros(
-            [1 if i == dim % h.dim() else s for i, s in enumerate(h.shape)], dtype=h.dtype, device=h.device
+            [1 if i == dim % h.dim() else s for i, s in enumerate(h.shape)],
+            dtype=h.dtype,
+            device=h.device,
         )
     h_prev = (
         torch.cat([h.narrow(dim, 1, L - 1), h0], dim=dim)

@@ -34,11 +34,12 @@ def linear_scan_reference(
     aa = a.to(cdt).movedim(dim, 0)
     bb = b.to(cdt).movedim(dim, 0)
     L = aa.shape[0]
-    h = initial.to(cdt) if initial is not None else torch.zeros_like(bb[0]) if L else None
+    if L == 0:
+        return b.clone()
+    h = initial.to(cdt) if initial is not None else torch.zeros_like(bb[0])
     order = range(L - 1, -1, -1) if reverse else range(L)
     hs: list[torch.Tensor] = [bb[0]] * L
     for t in order:
         h = aa[t] * h + bb[t]
         hs[t] = h
-    out = torch.stack(hs, 0) if L else bb.clone()
-    return out.movedim(0, dim).to(b.dtype)
+    return torch.stack(hs, 0).movedim(0, dim).to(b.dtype)

@@ -35,7 +35,12 @@ def check_selective_scan_args(
     """Raise ``TypeError``/``ValueError`` naming the first bad argument."""
     for name, t in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)):
         check_tensor(name, t)
-    for name, opt in (("D", D), ("z", z), ("delta_bias", delta_bias), ("initial_state", initial_state)):
+    for name, opt in (
+        ("D", D),
+        ("z", z),
+        ("delta_bias", delta_bias),
+        ("initial_state", initial_state),
+    ):
         if opt is not None:
             check_tensor(name, opt)
 
@@ -58,7 +63,9 @@ def check_selective_scan_args(
     check_shape("B", B, expected_bc, meaning)
     check_shape("C", C, expected_bc, meaning + ", like B")
     if groups == 0 or dim % groups != 0:
-        raise ValueError(f"dim={dim} must be divisible by the number of groups G={groups} of B; B: {describe(B)}")
+        raise ValueError(
+            f"dim={dim} must be divisible by the number of groups G={groups} of B; B: {describe(B)}"
+        )
     bc_dtypes = tuple(dict.fromkeys((u.dtype, state_dtype(u.dtype))))
     check_dtype("B", B, bc_dtypes, "the dtype of u, or the fp32 state dtype")
     check_dtype("C", C, bc_dtypes, "the dtype of u, or the fp32 state dtype")
@@ -77,6 +84,15 @@ def check_selective_scan_args(
         check_dtype("initial_state", initial_state, (state_dtype(u.dtype),), "the state dtype")
 
     check_same_device(
-        [("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
-         ("delta_bias", delta_bias), ("initial_state", initial_state)]
+        [
+            ("u", u),
+            ("delta", delta),
+            ("A", A),
+            ("B", B),
+            ("C", C),
+            ("D", D),
+            ("z", z),
+            ("delta_bias", delta_bias),
+            ("initial_state", initial_state),
+        ]
     )

@@ -63,9 +63,29 @@ def selective_scan_fwd_cpu(
     fn = cpu_lib.kernel("ssm_fwd", cdt)
 
     def run(i: int, begin: int, end: int) -> None:
-        fn(ptr(uc), ptr(dc), ptr(Ac), ptr(Bt), ptr(Ct), ptr(Dc), ptr(zc), ptr(bc), ptr(h0),
-           int(delta_softplus), dim, L, N, G, CHECKPOINT_LEN, begin, end,
-           ptr(out_c), ptr(last), ptr(ckpt), ptr(work[i]))
+        fn(
+            ptr(uc),
+            ptr(dc),
+            ptr(Ac),
+            ptr(Bt),
+            ptr(Ct),
+            ptr(Dc),
+            ptr(zc),
+            ptr(bc),
+            ptr(h0),
+            int(delta_softplus),
+            dim,
+            L,
+            N,
+            G,
+            CHECKPOINT_LEN,
+            begin,
+            end,
+            ptr(out_c),
+            ptr(last),
+            ptr(ckpt),
+            ptr(work[i]),
+        )
 
     if rows:
         cpu_lib.run_ranges(run, rows, workers)
@@ -77,7 +97,7 @@ def selective_scan_fwd_cpu(
 
 
 @selective_scan_fwd_cpu.register_fake
-def _(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus):  # type: ignore[no-untyped-def]
+def _(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus):
     return empty_forward_outputs(u, A)
 
 
@@ -96,7 +116,9 @@ def selective_scan_bwd_cpu(
     initial_state: torch.Tensor | None,
     checkpoints: torch.Tensor,
     delta_softplus: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
+]:
     du, ddelta, dA, dB, dC, optional = empty_backward_outputs(
         u, delta, A, B, C, D, z, delta_bias, initial_state
     )
@@ -126,10 +148,37 @@ def selective_scan_bwd_cpu(
     fn = cpu_lib.kernel("ssm_bwd", cdt)
 
     def run(i: int, begin: int, end: int) -> None:
-        fn(ptr(doc), ptr(dlc), ptr(uc), ptr(dc), ptr(Ac), ptr(Bt), ptr(Ct), ptr(Dc), ptr(zc),
-           ptr(bc), ptr(ck), int(delta_softplus), dim, L, N, G, CHECKPOINT_LEN, begin, end,
-           ptr(du_c), ptr(ddelta_c), ptr(dz_c), ptr(dA_p[i]), ptr(dBt_p[i]), ptr(dCt_p[i]),
-           ptr(dD_p[i]), ptr(dbias_p[i]), ptr(dh0), ptr(work[i]))
+        fn(
+            ptr(doc),
+            ptr(dlc),
+            ptr(uc),
+            ptr(dc),
+            ptr(Ac),
+            ptr(Bt),
+            ptr(Ct),
+            ptr(Dc),
+            ptr(zc),
+            ptr(bc),
+            ptr(ck),
+            int(delta_softplus),
+            dim,
+            L,
+            N,
+            G,
+            CHECKPOINT_LEN,
+            begin,
+            end,
+            ptr(du_c),
+            ptr(ddelta_c),
+            ptr(dz_c),
+            ptr(dA_p[i]),
+            ptr(dBt_p[i]),
+            ptr(dCt_p[i]),
+            ptr(dD_p[i]),
+            ptr(dbias_p[i]),
+            ptr(dh0),
+            ptr(work[i]),
+        )
 
     if rows:
         cpu_lib.run_ranges(run, rows, workers)
@@ -145,10 +194,26 @@ def selective_scan_bwd_cpu(
     computed = {"D": dD_p.sum(0), "z": dz_c, "delta_bias": dbias_p.sum(0), "initial_state": dh0}
     present = [k for k, t in zip(computed, (D, z, delta_bias, initial_state)) if t is not None]
     for buf, key in zip(optional, present):
-        buf.copy_(computed[key])
+        grad = computed[key]
+        assert grad is not None  # present: the input was given
+        buf.copy_(grad)
     return du, ddelta, dA, dB, dC, optional
 
 
 @selective_scan_bwd_cpu.register_fake
-def _(dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints, delta_softplus):  # type: ignore[no-untyped-def]
+def _(
+    dout,
+    dlast_state,
+    u,
+    delta,
+    A,
+    B,
+    C,
+    D,
+    z,
+    delta_bias,
+    initial_state,
+    checkpoints,
+    delta_softplus,
+):
     return empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)

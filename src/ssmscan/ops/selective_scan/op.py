@@ -48,7 +48,7 @@ def selective_scan_fwd(
         outs = empty_forward_outputs(u, A)
         triton_fwd.launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs)
         return outs
-    return torch.ops.ssmscan.selective_scan_fwd_cpu(
+    return cpu.selective_scan_fwd_cpu(
         u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
     )
 
@@ -68,7 +68,9 @@ def selective_scan_bwd(
     initial_state: torch.Tensor | None,
     checkpoints: torch.Tensor,
     delta_softplus: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
+]:
     """Backward scan: (du, ddelta, dA, dB, dC, [dD, dz, ddelta_bias, dinitial_state for those
     given]); states are recomputed chunk by chunk from ``checkpoints``."""
     _check_device_supported(u)
@@ -77,12 +79,36 @@ def selective_scan_bwd(
 
         grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
         triton_bwd.launch(
-            dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-            delta_softplus, *grads[:5], grads[5],
+            dout,
+            dlast_state,
+            u,
+            delta,
+            A,
+            B,
+            C,
+            D,
+            z,
+            delta_bias,
+            initial_state,
+            checkpoints,
+            delta_softplus,
+            *grads[:5],
+            grads[5],
         )
         return grads
-    return torch.ops.ssmscan.selective_scan_bwd_cpu(
-        dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
+    return cpu.selective_scan_bwd_cpu(
+        dout,
+        dlast_state,
+        u,
+        delta,
+        A,
+        B,
+        C,
+        D,
+        z,
+        delta_bias,
+        initial_state,
+        checkpoints,
         delta_softplus,
     )
 

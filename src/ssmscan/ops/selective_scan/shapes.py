@@ -54,7 +54,9 @@ def empty_backward_outputs(
     z: torch.Tensor | None,
     delta_bias: torch.Tensor | None,
     initial_state: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
+]:
     """Allocate the gradients: one contiguous tensor per differentiable input, with that input's
     shape and dtype. The optional inputs' gradients come as a list, in argument order
     (D, z, delta_bias, initial_state), holding only those that were given."""

@@ -1,0 +1,167 @@
+"""CPU benchmark of selective_scan against the sequential PyTorch loop (issue 2's targets).
+
+    python benchmarks/selective_scan/bench_cpu.py [--shapes 1,1536,1024,16 4,768,2048,16] [--reps 5]
+
+Real Mamba configuration (z, D, delta_bias, softplus), fp32. The anchor is the per-timestep loop
+that mamba-ssm's ``selective_scan_ref`` and transformers' slow path run: decays and inputs
+materialized as (batch, dim, L, N), then one state update and one contraction per step, in
+PyTorch ops. Every variant's output is first checked against the float64 reference on a slice of
+channels; a failing variant is not timed. Times are medians; each variant's peak memory is
+measured in a fresh subprocess (peak RSS minus RSS with the inputs allocated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import ssmscan
+from ssmscan.testing import make_selective_scan_inputs, rel_error, tolerance
+
+ARGS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "delta_softplus")
+
+
+def loop_anchor(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    """The sequential loop as the PyTorch reference implementations write it."""
+    dt = delta + delta_bias[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    deltaA = torch.exp(torch.einsum("bdl,dn->bdln", dt, A))
+    deltaB_u = torch.einsum("bdl,bnl,bdl->bdln", dt, B, u)
+    x = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
+    ys = []
+    for i in range(u.shape[2]):
+        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
+        ys.append(torch.einsum("bdn,bn->bd", x, C[:, :, i]))
+    y = torch.stack(ys, dim=2) + u * D[:, None]
+    return y * F.silu(z)
+
+
+def ours(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    return ssmscan.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+
+
+VARIANTS = {"ssmscan": ours, "loop": loop_anchor}
+
+
+def _inputs(shape, requires_grad=False):
+    batch, dim, L, N = shape
+    kw = make_selective_scan_inputs(batch, dim, L, N, seed=0, requires_grad=requires_grad)
+    return {k: kw[k] for k in ARGS}
+
+
+def check(fn, shape, channels=8) -> float:
+    """Relative error against the float64 reference on the first ``channels`` channels."""
+    kw = _inputs(shape)
+    out = fn(**kw)[:, :channels]
+    sl = {
+        k: (
+            v[:, :channels]
+            if k in ("u", "delta", "z")
+            else v[:channels]
+            if k in ("A", "D", "delta_bias")
+            else v
+        )
+        for k, v in kw.items()
+    }
+    sl64 = {k: (v.double() if isinstance(v, torch.Tensor) else v) for k, v in sl.items()}
+    return rel_error(out, ssmscan.selective_scan_reference(**sl64))
+
+
+def time_variant(fn, shape, reps, backward) -> float:
+    kw = _inputs(shape, requires_grad=backward)
+    times = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        out = fn(**kw)
+        if backward:
+            out.sum().backward()
+        times.append(time.perf_counter() - t0)
+        for v in kw.values():
+            if isinstance(v, torch.Tensor):
+                v.grad = None
+    return statistics.median(times[1:]) * 1e3
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def peak_memory_child(variant: str, shape, backward: bool) -> None:
+    kw = _inputs(shape, requires_grad=backward)
+    io_bytes = sum(v.numel() * v.element_size() for v in kw.values() if isinstance(v, torch.Tensor))
+    io_bytes += kw["u"].numel() * kw["u"].element_size()  # the output
+    if backward:
+        io_bytes *= 2  # gradients of every input, the output cotangent
+    base = _rss_bytes()
+    out = VARIANTS[variant](**kw)
+    if backward:
+        out.sum().backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"extra": peak - base, "io": io_bytes}))
+
+
+def peak_memory(variant: str, shape, backward: bool) -> dict:
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks/selective_scan'); import bench_cpu; "
+        f"bench_cpu.peak_memory_child({variant!r}, {tuple(shape)!r}, {backward!r})"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--shapes", nargs="+", default=["1,1536,1024,16", "4,768,2048,16"])
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--loop-reps", type=int, default=2)
+    args = p.parse_args()
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"cpu capability {torch.backends.cpu.get_cpu_capability()}"
+    )
+    rows = []
+    for spec in args.shapes:
+        shape = tuple(int(x) for x in spec.split(","))
+        for name, fn in VARIANTS.items():
+            err = check(fn, shape)
+            if not err <= tolerance(torch.float32):
+                print(f"{name} {shape}: FAILS its check (rel err {err:.2e}); not timed")
+                continue
+            reps = args.reps if name == "ssmscan" else args.loop_reps
+            fwd = time_variant(fn, shape, reps, backward=False)
+            fb = time_variant(fn, shape, reps, backward=True)
+            mem_f, mem_b = peak_memory(name, shape, False), peak_memory(name, shape, True)
+            rows.append((shape, name, err, fwd, fb, mem_f, mem_b))
+            print(
+                f"{name:8s} {shape}: err {err:.1e}  fwd {fwd:9.1f} ms  fwd+bwd {fb:9.1f} ms  "
+                f"peak extra / io: fwd {mem_f['extra'] / mem_f['io']:.2f}x  fwd+bwd {mem_b['extra'] / mem_b['io']:.2f}x",
+                flush=True,
+            )
+    print(
+        "\n| B,D,L,N | fwd ssmscan ms | fwd loop ms | speedup | fwd+bwd ssmscan ms | fwd+bwd loop ms | speedup | peak extra/io fwd, fwd+bwd |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    by = {(r[0], r[1]): r for r in rows}
+    for shape in dict.fromkeys(r[0] for r in rows):
+        o, lo = by.get((shape, "ssmscan")), by.get((shape, "loop"))
+        if o and lo:
+            print(
+                f"| {','.join(map(str, shape))} | {o[3]:.1f} | {lo[3]:.0f} | {lo[3] / o[3]:.1f}x | {o[4]:.1f} | "
+                f"{lo[4]:.0f} | {lo[4] / o[4]:.1f}x | {o[5]['extra'] / o[5]['io']:.2f}x, {o[6]['extra'] / o[6]['io']:.2f}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()
