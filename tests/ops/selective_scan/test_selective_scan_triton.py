@@ -82,40 +82,130 @@ def _run_launchers(kw, dout, dlast):
     return outs, dict(zip(names, [*grads[:5], *grads[5]]))
 
 
+def _reference_checkpoints(kw, L):
+    """float64 checkpoint entries: the state before every chunk, then the final state."""
+    from ssmscan.ops.selective_scan.shapes import num_checkpoints
+
+    ins = {k: (kw[k].detach().double() if kw[k] is not None else None) for k in _ARGS}
+    entries = []
+    for c in range(num_checkpoints(L) - 1):
+        t = c * CHECKPOINT_LEN
+        if t == 0:
+            init = ins["initial_state"]
+            entries.append(init if init is not None else torch.zeros(ins["u"].shape[0], ins["u"].shape[1], ins["A"].shape[1], dtype=torch.float64))
+            continue
+        sl = lambda x: x[..., :t]  # noqa: E731
+        _, last = selective_scan_reference(
+            sl(ins["u"]), sl(ins["delta"]), ins["A"], sl(ins["B"]), sl(ins["C"]), ins["D"],
+            sl(ins["z"]) if ins["z"] is not None else None, ins["delta_bias"], kw["delta_softplus"], True,
+            ins["initial_state"],
+        )
+        entries.append(last)
+    return entries
+
+
 def _check(kw, dout, dlast, outs, grads, dtype):
     out, last, ckpt = outs
     r_out, r_last, r_grads = _reference(kw, dout, dlast)
     assert out.dtype == kw["u"].dtype and out.is_contiguous()
     assert_close_to_reference("out", out, r_out, dtype)
     assert_close_to_reference("last_state", last, r_last, dtype)
-    # checkpoint 0 is the initial state (or zeros)
-    init = kw["initial_state"]
-    ref0 = init if init is not None else torch.zeros_like(ckpt[:, :, 0])
-    torch.testing.assert_close(ckpt[:, :, 0].cpu(), ref0.float().cpu(), rtol=0, atol=0)
+    # every checkpoint entry: the state before each chunk (entry 0 exactly the initial state or
+    # zeros), the last entry the final state, bit-equal to last_state
+    L = kw["u"].shape[-1]
+    entries = _reference_checkpoints(kw, L)
+    assert ckpt.shape[2] == len(entries) + 1
+    torch.testing.assert_close(ckpt[:, :, 0].cpu(), entries[0].to(ckpt.dtype).cpu(), rtol=0, atol=0)
+    for c, ref in enumerate(entries):
+        assert_close_to_reference(f"checkpoint[{c}]", ckpt[:, :, c], ref, dtype)
+    torch.testing.assert_close(ckpt[:, :, -1], last, rtol=0, atol=0)
     for k, g in grads.items():
         assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, k
         assert_close_to_reference(f"d{k}", g, r_grads[k], dtype)
 
 
+_INTERP = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)"
+)
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+
+
+@pytest.fixture(params=["segments", "one-segment"])
+def segmenting(request, monkeypatch):
+    """Run with L split into segments (the default at these tiny sizes: few channels) and with
+    the plain single-segment walk."""
+    from ssmscan.ops.selective_scan import triton_common
+
+    if request.param == "one-segment":
+        monkeypatch.setattr(triton_common, "TARGET_WARPS", 0)
+    return request.param
+
+
 @pytest.mark.triton
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)")
+@_INTERP
 @pytest.mark.parametrize("batch,dim,L,N,groups,full,softplus,init", CASES)
-def test_triton_interpreter(batch, dim, L, N, groups, full, softplus, init):
+def test_triton_interpreter(batch, dim, L, N, groups, full, softplus, init, segmenting):
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, full, softplus, init, torch.float32, "cpu")
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, torch.float32)
 
 
+# (batch, dim, L, N, groups, full, softplus, init, dtype, dlast given)
+DTYPE_CASES = [
+    pytest.param(1, 4, 37, 4, None, True, True, False, "bf16", False, id="B1-D4-L37-N4-bf16-nodlast"),
+    pytest.param(2, 4, 63, 16, 2, True, True, True, "fp16", True, id="B2-D4-L63-N16-G2-fp16-init"),
+    pytest.param(1, 3, 517, 4, None, True, True, True, "fp16", False, id="B1-D3-L517-N4-fp16-nodlast"),
+    pytest.param(1, 2, 257, 16, None, True, True, True, "bf16", True, id="B1-D2-L257-N16-bf16-init"),
+    pytest.param(1, 3, 517, 16, None, True, True, True, "fp32", False, id="B1-D3-L517-N16-nodlast"),
+    pytest.param(2, 2, 7, 1, None, False, False, False, "fp16", True, id="B2-D2-L7-N1-fp16-bare"),
+    pytest.param(1, 3, 300, 4, None, True, True, True, "fp64", True, id="B1-D3-L300-N4-fp64-host"),
+]
+
+
+def _run_case(batch, dim, L, N, groups, full, softplus, init, dtype, dlast_given):
+    _run_case_dev(batch, dim, L, N, groups, full, softplus, init, dtype, dlast_given, "cpu")
+
+
+def _run_case_dev(batch, dim, L, N, groups, full, softplus, init, dtype, dlast_given, device):
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, full, softplus, init, dtype, device, seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast if dlast_given else None)
+    _check(kw, dout, dlast if dlast_given else torch.zeros_like(outs[1]), outs, grads, dtype)
+
+
 @pytest.mark.triton
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)")
-def test_triton_interpreter_no_dlast_bf16():
-    kw, dout, _ = _inputs(1, 4, 37, 4, None, True, True, False, torch.bfloat16, "cpu")
-    outs, grads = _run_launchers(kw, dout, None)
-    _check(kw, dout, torch.zeros_like(outs[1]), outs, grads, torch.bfloat16)
+@_INTERP
+@pytest.mark.parametrize("batch,dim,L,N,groups,full,softplus,init,dt,dlast_given", DTYPE_CASES)
+def test_triton_interpreter_dtypes(batch, dim, L, N, groups, full, softplus, init, dt, dlast_given):
+    _run_case(batch, dim, L, N, groups, full, softplus, init, _DTYPES[dt], dlast_given)
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+@_INTERP
+@pytest.mark.parametrize("dt", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("N", [1, 4, 16])
+@pytest.mark.parametrize("L", [1, 7, 63, 257, 517])
+def test_triton_interpreter_grid(L, N, dt):
+    """The full small grid: grouped B / C, every optional input, dlast given for odd L."""
+    _run_case(2, 4, L, N, 2 if N != 1 else None, True, True, L % 2 == 1, _DTYPES[dt], L % 2 == 1)
+
+
+@pytest.mark.triton
+@_INTERP
+def test_triton_rejects_unsupported_dtype():
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    kw = make_selective_scan_inputs(1, 2, 5, 4, dtype=torch.float32)
+    u = kw["u"].to(torch.int32)
+    with pytest.raises(TypeError, match="float32"):
+        triton_fwd.launch(u, kw["delta"], kw["A"], kw["B"], kw["C"], None, None, None, None, True,
+                          *empty_forward_outputs(kw["u"], kw["A"]))
 
 
 GPU_CASES = [
     pytest.param(2, 64, 63, 16, None, id="B2-D64-L63-N16"),
+    pytest.param(1, 64, 517, 16, 2, id="B1-D64-L517-N16-G2"),
+    pytest.param(4, 2048, 600, 16, None, id="B4-D2048-L600-N16"),
     pytest.param(1, 96, 1000, 16, 3, id="B1-D96-L1000-N16-G3"),
     pytest.param(2, 130, 1, 4, None, id="B2-D130-L1-N4"),
     pytest.param(1, 512, 3001, 8, None, id="B1-D512-L3001-N8"),
@@ -126,10 +216,16 @@ GPU_CASES = [
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("batch,dim,L,N,groups", GPU_CASES)
-def test_triton_gpu(batch, dim, L, N, groups, dtype):
+def test_triton_gpu(batch, dim, L, N, groups, dtype, segmenting):
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_triton_gpu_float64_routed_to_host_kernel():
+    _run_case_dev(1, 8, 300, 16, None, True, True, True, torch.float64, True, "cuda")
 
 
 @pytest.mark.gpu

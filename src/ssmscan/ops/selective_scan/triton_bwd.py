@@ -16,15 +16,16 @@ and, with q_t = g_t a_t h_{t-1} (per n):
     dD       = sum_{b,t} dy_t u_t                       dinitial_state = a_0 g_0
 
 The walk goes backward over the CHECKPOINT_LEN chunks. For each chunk the states are recomputed
-from its checkpoint, and the state at the start of every 4-step tile is written to a small scratch
-buffer (``Note [selective scan thread layout]``: same register layout, one 16-byte vector per
-thread); then the tiles are visited in reverse: each recomputes its four states (kept in
+from its checkpoint, and the state at the start of every 4-step tile is written to a scratch
+buffer (channel-contiguous (NP, dim) layout, as every state-shaped buffer here: each thread owns
+one channel with all its states, Note [selective scan thread layout]); then the tiles are visited in reverse: each recomputes its four states (kept in
 registers), produces y_t, dz_t and the dC_t partial, and runs the adjoint back through them.
 About three exp2 per (d, n, t): chunk pass, tile recompute, reverse step.
 
 Reductions are deterministic: dB / dC over the channels of a program are tree sums in registers
-written to per-block partial buffers, dA / dD / ddelta_bias to per-batch partials; the launcher
-sums the partials with ``torch.sum``.
+written to per-block partial buffers, dA / dD / ddelta_bias to per-(batch, segment) partials; the
+launcher sums the partials with ``torch.sum``. With L split into segments (Note [selective scan
+segments]) a local adjoint pass and a carry pass first give each segment its entering adjoint.
 """
 
 from __future__ import annotations
@@ -35,27 +36,52 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN
+from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
-    _join4,
     _sigmoid,
     _softplus,
-    _split4,
     block_channels,
     num_groups,
     pad_states,
-    prep_A,
+    prep_A_t,
     prep_BC,
+    segments,
 )
 
 LN2 = math.log(2.0)
 
 
 @triton.jit
+def _step_inputs(u, delta, dout, z, row, m_d, t, t_end, b_bias, SOFTPLUS: tl.constexpr,
+                 HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Column t of the (BLOCK_D,) inputs: (mask, u, x = delta + bias, dt, dout, z, sigmoid(z), dy)."""
+    m = m_d & (t < t_end)
+    b_u = tl.load(u + row + t, mask=m, other=0.0).to(tl.float32)
+    b_x = tl.load(delta + row + t, mask=m, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_x += b_bias
+    if SOFTPLUS:
+        b_dt = _softplus(b_x)
+    else:
+        b_dt = b_x
+    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    b_do = tl.load(dout + row + t, mask=m, other=0.0).to(tl.float32)
+    if HAS_Z:
+        b_z = tl.load(z + row + t, mask=m, other=0.0).to(tl.float32)
+        sig_z = _sigmoid(b_z)
+        b_dy = b_do * b_z * sig_z
+    else:
+        b_z = b_do
+        sig_z = b_do
+        b_dy = b_do
+    return m, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
+
+
+@triton.jit
 def _state_step(h, b_A2, dt, dtu, p_B, t, L, NP: tl.constexpr):
     b_B = tl.load(p_B + t * NP, mask=t < L, other=0.0)
-    return tl.exp2(dt[:, None, None] * b_A2) * h + dtu[:, None, None] * b_B
+    return tl.exp2(dt[:, None] * b_A2) * h + dtu[:, None] * b_B[None, :]
 
 
 @triton.jit
@@ -65,10 +91,9 @@ def _recompute_step(h, b_A2, dt, dtu, dy, p_B, p_C, p_dC, t, L, NP: tl.constexpr
     m = t < L
     b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
     b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
-    h = tl.exp2(dt[:, None, None] * b_A2) * h + dtu[:, None, None] * b_B
-    y = tl.sum(tl.sum(h * b_C, axis=2), axis=1)
-    dC = tl.sum(h * dy[:, None, None], axis=0)  # (NG, 4)
-    tl.store(p_dC + t * NP, dC, mask=m)
+    h = tl.exp2(dt[:, None] * b_A2) * h + dtu[:, None] * b_B[None, :]
+    y = tl.sum(h * b_C[None, :], axis=1)
+    tl.store(p_dC + t * NP, tl.sum(h * dy[:, None], axis=0), mask=m)
     return h, y
 
 
@@ -79,46 +104,74 @@ def _adjoint_step(G, h_prev, b_A2, dt, dtu, dy, p_B, p_C, p_dB, dA_acc, t, L, NP
     m = t < L
     b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
     b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
-    g = G + b_C * dy[:, None, None]
-    a = tl.exp2(dt[:, None, None] * b_A2)
-    ga = g * a
+    g = G + b_C[None, :] * dy[:, None]
+    ga = g * tl.exp2(dt[:, None] * b_A2)
     q = ga * h_prev
-    dA_acc += q * dt[:, None, None]
-    qA = tl.sum(tl.sum(q * b_A2, axis=2), axis=1)
-    gB = tl.sum(tl.sum(g * b_B, axis=2), axis=1)
-    dB = tl.sum(g * dtu[:, None, None], axis=0)
-    tl.store(p_dB + t * NP, dB, mask=m)
+    dA_acc += q * dt[:, None]
+    qA = tl.sum(q * b_A2, axis=1)
+    gB = tl.sum(g * b_B[None, :], axis=1)
+    tl.store(p_dB + t * NP, tl.sum(g * dtu[:, None], axis=0), mask=m)
     return ga, dA_acc, qA, gB
+
+
+@triton.jit
+def _adjoint_only_step(G, b_A2, dt, dy, p_C, t, L, NP: tl.constexpr):
+    """G = a_t (C_t dy_t + G): the adjoint step of ``_adjoint_step`` without the gradients."""
+    b_C = tl.load(p_C + t * NP, mask=t < L, other=0.0)
+    return tl.exp2(dt[:, None] * b_A2) * (G + b_C[None, :] * dy[:, None])
+
+
+@triton.jit
+def _grad_outputs(du, ddelta, dz, row, t, m, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy, qA, gB, y, b_D,
+                  SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """Store du_t, ddelta_t, dz_t of one column; returns ddelta_t (for ddelta_bias)."""
+    b_ddt = qA * 0.6931471805599453 + b_u * gB  # A2 -> A
+    b_du = b_dt * gB
+    if HAS_D:
+        b_du += b_D * b_dy
+    if SOFTPLUS:
+        b_ddt = b_ddt * _sigmoid(b_x)
+    b_ddt = tl.where(m, b_ddt, 0.0)
+    tl.store(du + row + t, b_du.to(du.dtype.element_ty), mask=m)
+    tl.store(ddelta + row + t, b_ddt.to(ddelta.dtype.element_ty), mask=m)
+    if HAS_Z:
+        b_y = y
+        if HAS_D:
+            b_y += b_D * b_u
+        b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+        tl.store(dz + row + t, b_dz.to(dz.dtype.element_ty), mask=m)
+    return b_ddt
 
 
 @triton.jit
 def _selective_scan_bwd_kernel(
     dout,  # (batch, dim, L) gradient of out, u's dtype
-    dlast,  # (batch, dim, N) fp32 gradient of the last state, or None
+    dlast,  # (batch, NP, dim) fp32 gradient of the last state, or None
     u,  # (batch, dim, L)
     delta,  # (batch, dim, L)
-    A2,  # (NP // 4, dim, 4) fp32, A * log2(e)
+    A2t,  # (NP, dim) fp32, A * log2(e)
     Bt,  # (batch, G, L, NP) fp32
     Ct,  # (batch, G, L, NP) fp32
     Dv,  # (dim,) fp32 or None
     z,  # (batch, dim, L) or None
     delta_bias,  # (dim,) fp32 or None
-    ckpt,  # (batch, dim, NCK, N) fp32 state before each chunk
-    scratch,  # (batch, CK // 4, NP // 4, dim, 4) fp32 tile-start states of the current chunk
+    ckpt,  # (batch, NCK, NP, dim) fp32 state before each chunk, last entry the final state
+    seg_adj,  # (batch, NSEG, NP, dim) fp32 adjoint entering each segment from the right, or None
+    scratch,  # (batch, NSEG, CK // 4, NP, dim) fp32 tile-start states of the current chunk
     du,  # (batch, dim, L) out, u's dtype
     ddelta,  # (batch, dim, L) out, delta's dtype
     dz,  # (batch, dim, L) out, or None when z is None
-    dAp,  # (batch, NP // 4, dim, 4) fp32 per-batch partial dA
+    dAp,  # (batch, NSEG, NP, dim) fp32 per-(batch, segment) partial dA
     dBp,  # (dim // BLOCK_D, batch, L, NP) fp32 per-block partial dB
     dCp,  # (dim // BLOCK_D, batch, L, NP) fp32 per-block partial dC
-    dDp,  # (batch, dim) fp32 per-batch partial dD, or None
-    dbiasp,  # (batch, dim) fp32 per-batch partial ddelta_bias, or None
-    dinit,  # (batch, dim, N) fp32 gradient of the initial state
+    dDp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial dD, or None
+    dbiasp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial ddelta_bias, or None
+    dinit,  # (batch, NP, dim) fp32 gradient of the initial state
     dim,  # channels
     L,  # sequence length
-    N,  # states
     G,  # groups of B / C
-    NCK,  # checkpoints
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SEG,  # chunks per segment (program axis 2)
     SOFTPLUS: tl.constexpr,
     NP: tl.constexpr,
     CK: tl.constexpr,
@@ -128,135 +181,199 @@ def _selective_scan_bwd_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_DLAST: tl.constexpr,
 ):
-    NG: tl.constexpr = NP // 4
     NT: tl.constexpr = CK // 4
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
-    o_n = tl.arange(0, NG)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]  # (1, NG, 4)
-    o_n2 = tl.arange(0, NG)[:, None] * 4 + tl.arange(0, 4)[None, :]  # (NG, 4)
-    m_dn = m_d[:, None, None] & (o_n < N)
-    o_t = tl.arange(0, 4)
-    # (BLOCK_D, NG, 4) offsets in the (NG, dim, 4) layout of A2, dAp and the scratch
-    o_g4 = tl.arange(0, NG)[None, :, None] * (dim * 4) + o_d[:, None, None] * 4 + tl.arange(0, 4)[None, None, :]
+    o_n = tl.arange(0, NP)
+    o_nd = o_n[None, :] * dim + o_d[:, None]  # (BLOCK_D, NP) in the channel-contiguous layout
+    m_d2 = m_d[:, None]
+    SZ = NP * dim  # one state-shaped entry
 
-    b_A2 = tl.load(A2 + o_g4, mask=m_d[:, None, None], other=0.0)
-    if HAS_D:
-        b_D = tl.load(Dv + o_d, mask=m_d, other=0.0)
-    if HAS_BIAS:
-        b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0)
+    b_A2 = tl.load(A2t + o_nd, mask=m_d2, other=0.0)
+    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
 
     row = (i_b * dim + o_d.to(tl.int64)) * L
     grp = (i_d * BLOCK_D) // (dim // G)
     bc = (i_b * G + grp) * L * NP + o_n
     p_B = Bt + bc
     p_C = Ct + bc
-    part = (i_d * tl.num_programs(1) + i_b) * L * NP + o_n2  # (NG, 4) in the partial buffers
+    part = (i_d * tl.num_programs(1) + i_b) * L * NP + o_n  # (NP,) in the partial buffers
     p_dB = dBp + part
     p_dC = dCp + part
-    st = (i_b * dim + o_d.to(tl.int64))[:, None, None] * N + o_n
-    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None, None] * NCK * N + o_n
-    p_sc = scratch + i_b * NT * NG * dim * 4 + o_g4
+    p_ck = ckpt + i_b * NCK * SZ + o_nd
+    i_bs = i_b * NSEG + i_s
+    p_sc = scratch + i_bs * NT * SZ + o_nd
 
-    if HAS_DLAST:
-        G_adj = tl.load(dlast + st, mask=m_dn, other=0.0)
+    if i_s < NSEG - 1:
+        G_adj = tl.load(seg_adj + i_bs * SZ + o_nd, mask=m_d2, other=0.0)
+    elif HAS_DLAST:
+        G_adj = tl.load(dlast + i_b * SZ + o_nd, mask=m_d2, other=0.0)
     else:
-        G_adj = tl.zeros((BLOCK_D, NG, 4), dtype=tl.float32)
-    dA_acc = tl.zeros((BLOCK_D, NG, 4), dtype=tl.float32)
-    dD_acc = tl.zeros((BLOCK_D, 4), dtype=tl.float32)
-    dbias_acc = tl.zeros((BLOCK_D, 4), dtype=tl.float32)
+        G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
 
-    for cc in range(0, NCK):
-        c = NCK - 1 - cc
+    c0 = i_s * SEG
+    c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
+    for cc in range(0, c1 - c0):
+        c = c1 - 1 - cc
         t_beg = c * CK
-        n_tiles = (tl.minimum(t_beg + CK, L) - t_beg + 3) // 4
-        # chunk pass: tile-start states into the scratch. The scratch is written and read in
-        # different register layouts (Triton picks a coalesced layout for the store), i.e. by
-        # different threads of the program: barriers order the writes before the reads and the
-        # reads of the previous chunk before these writes.
+        n_tiles = (tl.minimum(t_beg + CK, L) - t_beg + 3) // 4  # >= 1
+        # chunk pass: tile-start states into the scratch. Each thread writes and reads back only
+        # its own channel's entries (same layout both ways); the barriers are for safety should
+        # the compiler pick different layouts for the store and the load.
         tl.debug_barrier()
-        h = tl.load(p_ck + c * N, mask=m_dn, other=0.0)
+        h = tl.load(p_ck + c * SZ, mask=m_d2, other=0.0)
         for k in range(0, n_tiles - 1):
             t0 = t_beg + 4 * k
-            tl.store(p_sc + k * (NG * dim * 4), h, mask=m_d[:, None, None])
-            o = row[:, None] + (t0 + o_t)[None, :]
-            m = m_d[:, None] & ((t0 + o_t) < L)[None, :]
-            b_u = tl.load(u + o, mask=m, other=0.0).to(tl.float32)
-            b_dt = tl.load(delta + o, mask=m, other=0.0).to(tl.float32)
-            if HAS_BIAS:
-                b_dt += b_bias[:, None]
-            if SOFTPLUS:
-                b_dt = _softplus(b_dt)
-            b_dt = tl.where(m, b_dt, 0.0)
-            dt0, dt1, dt2, dt3 = _split4(b_dt)
-            x0, x1, x2, x3 = _split4(b_dt * b_u)
-            h = _state_step(h, b_A2, dt0, x0, p_B, t0, L, NP)
-            h = _state_step(h, b_A2, dt1, x1, p_B, t0 + 1, L, NP)
-            h = _state_step(h, b_A2, dt2, x2, p_B, t0 + 2, L, NP)
-            h = _state_step(h, b_A2, dt3, x3, p_B, t0 + 3, L, NP)
-        tl.store(p_sc + (n_tiles - 1) * (NG * dim * 4), h, mask=m_d[:, None, None])
+            tl.store(p_sc + k * SZ, h, mask=m_d2)
+            for j in tl.static_range(4):
+                m = m_d & (t0 + j < L)
+                b_u = tl.load(u + row + t0 + j, mask=m, other=0.0).to(tl.float32)
+                b_dt = tl.load(delta + row + t0 + j, mask=m, other=0.0).to(tl.float32)
+                if HAS_BIAS:
+                    b_dt += b_bias
+                if SOFTPLUS:
+                    b_dt = _softplus(b_dt)
+                b_dt = tl.where(m, b_dt, 0.0)
+                h = _state_step(h, b_A2, b_dt, b_dt * b_u, p_B, t0 + j, L, NP)
+        tl.store(p_sc + (n_tiles - 1) * SZ, h, mask=m_d2)
         tl.debug_barrier()
         # tiles in reverse
         for kk in range(0, n_tiles):
             k = n_tiles - 1 - kk
             t0 = t_beg + 4 * k
-            hs = tl.load(p_sc + k * (NG * dim * 4), mask=m_d[:, None, None], other=0.0)
-            o = row[:, None] + (t0 + o_t)[None, :]
-            m = m_d[:, None] & ((t0 + o_t) < L)[None, :]
-            b_u = tl.load(u + o, mask=m, other=0.0).to(tl.float32)
-            b_x = tl.load(delta + o, mask=m, other=0.0).to(tl.float32)
-            b_do = tl.load(dout + o, mask=m, other=0.0).to(tl.float32)
-            if HAS_BIAS:
-                b_x += b_bias[:, None]
-            if SOFTPLUS:
-                b_dt = _softplus(b_x)
-            else:
-                b_dt = b_x
-            b_dt = tl.where(m, b_dt, 0.0)
-            b_dtu = b_dt * b_u
-            if HAS_Z:
-                b_z = tl.load(z + o, mask=m, other=0.0).to(tl.float32)
-                sig_z = _sigmoid(b_z)
-                b_dy = b_do * b_z * sig_z
-            else:
-                b_dy = b_do
-            dt0, dt1, dt2, dt3 = _split4(b_dt)
-            x0, x1, x2, x3 = _split4(b_dtu)
-            dy0, dy1, dy2, dy3 = _split4(b_dy)
-            h0, y0 = _recompute_step(hs, b_A2, dt0, x0, dy0, p_B, p_C, p_dC, t0, L, NP)
-            h1, y1 = _recompute_step(h0, b_A2, dt1, x1, dy1, p_B, p_C, p_dC, t0 + 1, L, NP)
-            h2, y2 = _recompute_step(h1, b_A2, dt2, x2, dy2, p_B, p_C, p_dC, t0 + 2, L, NP)
-            _h3, y3 = _recompute_step(h2, b_A2, dt3, x3, dy3, p_B, p_C, p_dC, t0 + 3, L, NP)
-            G_adj, dA_acc, qA3, gB3 = _adjoint_step(G_adj, h2, b_A2, dt3, x3, dy3, p_B, p_C, p_dB, dA_acc, t0 + 3, L, NP)
-            G_adj, dA_acc, qA2, gB2 = _adjoint_step(G_adj, h1, b_A2, dt2, x2, dy2, p_B, p_C, p_dB, dA_acc, t0 + 2, L, NP)
-            G_adj, dA_acc, qA1, gB1 = _adjoint_step(G_adj, h0, b_A2, dt1, x1, dy1, p_B, p_C, p_dB, dA_acc, t0 + 1, L, NP)
-            G_adj, dA_acc, qA0, gB0 = _adjoint_step(G_adj, hs, b_A2, dt0, x0, dy0, p_B, p_C, p_dB, dA_acc, t0, L, NP)
-            b_qA = _join4(qA0, qA1, qA2, qA3) * 0.6931471805599453  # A2 -> A
-            b_gB = _join4(gB0, gB1, gB2, gB3)
-            b_ddt = b_qA + b_u * b_gB
-            b_du = b_dt * b_gB
+            hs = tl.load(p_sc + k * SZ, mask=m_d2, other=0.0)
+            m0, u0, x0, dt0, do0, z0, s0, dy0 = _step_inputs(u, delta, dout, z, row, m_d, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
+            m1, u1, x1, dt1, do1, z1, s1, dy1 = _step_inputs(u, delta, dout, z, row, m_d, t0 + 1, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
+            m2, u2, x2, dt2, do2, z2, s2, dy2 = _step_inputs(u, delta, dout, z, row, m_d, t0 + 2, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
+            m3, u3, x3, dt3, do3, z3, s3, dy3 = _step_inputs(u, delta, dout, z, row, m_d, t0 + 3, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
+            h0, y0 = _recompute_step(hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dC, t0, L, NP)
+            h1, y1 = _recompute_step(h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dC, t0 + 1, L, NP)
+            h2, y2 = _recompute_step(h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dC, t0 + 2, L, NP)
+            _h3, y3 = _recompute_step(h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dC, t0 + 3, L, NP)
+            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dB, dA_acc, t0 + 3, L, NP)
+            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0 + 3, m3, u3, x3, dt3, do3, z3, s3, dy3, qA, gB, y3, b_D, SOFTPLUS, HAS_D, HAS_Z)
+            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dB, dA_acc, t0 + 2, L, NP)
+            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0 + 2, m2, u2, x2, dt2, do2, z2, s2, dy2, qA, gB, y2, b_D, SOFTPLUS, HAS_D, HAS_Z)
+            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dB, dA_acc, t0 + 1, L, NP)
+            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0 + 1, m1, u1, x1, dt1, do1, z1, s1, dy1, qA, gB, y1, b_D, SOFTPLUS, HAS_D, HAS_Z)
+            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dB, dA_acc, t0, L, NP)
+            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0, m0, u0, x0, dt0, do0, z0, s0, dy0, qA, gB, y0, b_D, SOFTPLUS, HAS_D, HAS_Z)
             if HAS_D:
-                b_du += b_D[:, None] * b_dy
-                dD_acc += b_dy * b_u
-            if SOFTPLUS:
-                b_ddt = b_ddt * _sigmoid(b_x)
-            b_ddt = tl.where(m, b_ddt, 0.0)
-            dbias_acc += b_ddt
-            tl.store(du + o, b_du.to(du.dtype.element_ty), mask=m)
-            tl.store(ddelta + o, b_ddt.to(ddelta.dtype.element_ty), mask=m)
-            if HAS_Z:
-                b_y = _join4(y0, y1, y2, y3)
-                if HAS_D:
-                    b_y += b_D[:, None] * b_u
-                b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
-                tl.store(dz + o, b_dz.to(dz.dtype.element_ty), mask=m)
-    tl.store(dinit + st, G_adj, mask=m_dn)
-    tl.store(dAp + i_b * NG * dim * 4 + o_g4, dA_acc, mask=m_d[:, None, None])
+                dD_acc += dy0 * u0 + dy1 * u1 + dy2 * u2 + dy3 * u3
+    if i_s == 0:
+        tl.store(dinit + i_b * SZ + o_nd, G_adj, mask=m_d2)
+    tl.store(dAp + i_bs * SZ + o_nd, dA_acc, mask=m_d2)
     if HAS_D:
-        tl.store(dDp + i_b * dim + o_d, tl.sum(dD_acc, axis=1), mask=m_d)
+        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
     if HAS_BIAS:
-        tl.store(dbiasp + i_b * dim + o_d, tl.sum(dbias_acc, axis=1), mask=m_d)
+        tl.store(dbiasp + i_bs * dim + o_d, dbias_acc, mask=m_d)
+
+
+@triton.jit
+def _selective_scan_bwd_local_kernel(
+    dout,  # (batch, dim, L) gradient of out
+    delta,  # (batch, dim, L)
+    A2t,  # (NP, dim) fp32
+    Ct,  # (batch, G, L, NP) fp32
+    z,  # (batch, dim, L) or None
+    delta_bias,  # (dim,) fp32 or None
+    seg_loc,  # (batch, NSEG, NP, dim) fp32 out: a_{t_beg} g_{t_beg} of the segment from zero
+    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over the segment
+    dim,  # channels
+    L,  # sequence length
+    G,  # groups of B / C
+    NC,  # chunks = cdiv(L, CK)
+    SEG,  # chunks per segment
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """Pass 1 of the backward (Note [selective scan segments]): the adjoint alone, reversed over
+    one segment from a zero adjoint; it needs no states."""
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    o_n = tl.arange(0, NP)
+    o_nd = o_n[None, :] * dim + o_d[:, None]
+    b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)
+    p_C = Ct + (i_b * G + grp) * L * NP + o_n
+    t_beg = i_s * SEG * CK
+    t_end = tl.minimum(tl.minimum(i_s * SEG + SEG, NC) * CK, L)
+    n_tiles = (t_end - t_beg + 3) // 4
+    G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for kk in range(0, n_tiles):
+        t0 = t_beg + 4 * (n_tiles - 1 - kk)
+        for jj in tl.static_range(4):
+            t = t0 + 3 - jj
+            m = m_d & (t < t_end)
+            b_dt = tl.load(delta + row + t, mask=m, other=0.0).to(tl.float32)
+            b_dy = tl.load(dout + row + t, mask=m, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                b_dt += b_bias
+            if SOFTPLUS:
+                b_dt = _softplus(b_dt)
+            b_dt = tl.where(m, b_dt, 0.0)
+            if HAS_Z:
+                b_z = tl.load(z + row + t, mask=m, other=0.0).to(tl.float32)
+                b_dy = b_dy * b_z * _sigmoid(b_z)
+            dt_sum += b_dt
+            G_adj = _adjoint_only_step(G_adj, b_A2, b_dt, b_dy, p_C, t, t_end, NP)
+    i_bs = i_b * NSEG + i_s
+    tl.store(seg_loc + i_bs * (NP * dim) + o_nd, G_adj, mask=m_d[:, None])
+    tl.store(seg_dt + i_bs * dim + o_d, dt_sum, mask=m_d)
+
+
+@triton.jit
+def _selective_scan_bwd_carry_kernel(
+    A2t,  # (NP, dim) fp32
+    dlast,  # (batch, NP, dim) fp32 or None
+    seg_loc,  # (batch, NSEG, NP, dim) fp32 local segment-start adjoints
+    seg_dt,  # (batch, NSEG, dim) fp32 sums of dt
+    seg_adj,  # (batch, NSEG, NP, dim) fp32 out: adjoint entering each segment from the right
+    dim,  # channels
+    NSEG,  # segments
+    NP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_DLAST: tl.constexpr,
+):
+    """Pass 2 of the backward: G_{s-1} = exp(A sum dt_s) G_s + local_s, from the last segment."""
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    o_n = tl.arange(0, NP)
+    o_nd = o_n[None, :] * dim + o_d[:, None]
+    SZ = NP * dim
+    b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
+    if HAS_DLAST:
+        G_adj = tl.load(dlast + i_b * SZ + o_nd, mask=m_d[:, None], other=0.0)
+    else:
+        G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    for ss in range(0, NSEG - 1):
+        s = NSEG - 1 - ss
+        p = (i_b * NSEG + s) * SZ + o_nd
+        b_loc = tl.load(seg_loc + p, mask=m_d[:, None], other=0.0)
+        b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
+        G_adj = tl.exp2(b_sdt[:, None] * b_A2) * G_adj + b_loc
+        tl.store(seg_adj + p - SZ, G_adj, mask=m_d[:, None])
 
 
 def launch(
@@ -282,6 +399,18 @@ def launch(
 ) -> None:
     """Run the backward into the preallocated gradients (``shapes.empty_backward_outputs``);
     ``optional_grads`` holds dD, dz, ddelta_bias, dinitial_state for the optional inputs given."""
+    if u.dtype == torch.float64:
+        # no float64 Triton path: the float64 C kernel on host copies (correct, not fast)
+        from ssmscan.ops.selective_scan import cpu  # noqa: F401  (registers the op)
+
+        host = [t.cpu() if t is not None else None for t in (
+            dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints)]
+        res = torch.ops.ssmscan.selective_scan_bwd_cpu(*host, delta_softplus)
+        for dst, src in zip((du, ddelta, dA, dB, dC, *optional_grads), (*res[:5], *res[5])):
+            dst.copy_(src)
+        return
+    if u.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}")
     batch, dim, L = u.shape
     N = A.shape[1]
     NP = pad_states(N)
@@ -297,58 +426,62 @@ def launch(
     dbias = next(rest) if delta_bias is not None else None
     dinit_out = next(rest) if initial_state is not None else None
 
-    scratch = torch.empty((batch, CHECKPOINT_LEN // 4, NP // 4, dim, 4), dtype=f32, device=dev)
-    dAp = torch.empty((batch, NP // 4, dim, 4), dtype=f32, device=dev)
+    NCK = checkpoints.shape[2]
+    assert NCK == num_checkpoints(L), (NCK, L)
+    nseg, seg = segments(batch * nblk * warps, NCK - 1)
+    A2t = prep_A_t(A, NP)
+    Ct = prep_BC(C, batch, NP)
+    dout_c = dout.contiguous()
+    delta_c = delta.contiguous()
+    z_c = z.contiguous() if z is not None else None
+    bias_c = delta_bias.to(f32).contiguous() if delta_bias is not None else None
+
+    def states_major(x: torch.Tensor) -> torch.Tensor:
+        """(..., dim, N) -> (..., NP, dim) fp32, zero-padded: the kernels' state layout."""
+        y = torch.zeros((*x.shape[:-2], NP, dim), dtype=f32, device=dev)
+        y[..., :N, :].copy_(x.transpose(-1, -2))
+        return y
+
+    dlast_t = states_major(dlast_state) if dlast_state is not None else None
+    ckt = states_major(checkpoints.transpose(1, 2))  # (batch, NCK, NP, dim)
+    seg_adj = None
+    if nseg > 1:
+        # Note [selective scan segments]: local adjoint pass, carry pass from the right
+        seg_loc = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
+        seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
+        seg_adj = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
+        torch.library.wrap_triton(_selective_scan_bwd_local_kernel)[(nblk, batch, nseg)](
+            dout_c, delta_c, A2t, Ct, z_c, bias_c, seg_loc, seg_dt, dim, L, G, NCK - 1, seg,
+            SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_Z=z is not None,
+            HAS_BIAS=delta_bias is not None, num_warps=warps,
+        )
+        torch.library.wrap_triton(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
+            A2t, dlast_t, seg_loc, seg_dt, seg_adj, dim, nseg,
+            NP=NP, BLOCK_D=block_d, HAS_DLAST=dlast_state is not None, num_warps=warps,
+        )
+    scratch = torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev)
+    dAp = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
     dBp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
     dCp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
-    dDp = torch.empty((batch, dim), dtype=f32, device=dev) if D is not None else None
-    dbp = torch.empty((batch, dim), dtype=f32, device=dev) if delta_bias is not None else None
-    dinit = torch.empty((batch, dim, N), dtype=f32, device=dev)
-    torch.library.wrap_triton(_selective_scan_bwd_kernel)[(nblk, batch)](
-        dout.contiguous(),
-        dlast_state.to(f32).contiguous() if dlast_state is not None else None,
-        u.contiguous(),
-        delta.contiguous(),
-        prep_A(A, NP),
-        prep_BC(B, batch, NP),
-        prep_BC(C, batch, NP),
-        D.to(f32).contiguous() if D is not None else None,
-        z.contiguous() if z is not None else None,
-        delta_bias.to(f32).contiguous() if delta_bias is not None else None,
-        checkpoints,
-        scratch,
-        du,
-        ddelta,
-        dz,
-        dAp,
-        dBp,
-        dCp,
-        dDp,
-        dbp,
-        dinit,
-        dim,
-        L,
-        N,
-        G,
-        checkpoints.shape[2],
-        SOFTPLUS=delta_softplus,
-        NP=NP,
-        CK=CHECKPOINT_LEN,
-        BLOCK_D=block_d,
-        HAS_D=D is not None,
-        HAS_Z=z is not None,
-        HAS_BIAS=delta_bias is not None,
-        HAS_DLAST=dlast_state is not None,
+    dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
+    dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
+    dinit = torch.empty((batch, NP, dim), dtype=f32, device=dev)
+    torch.library.wrap_triton(_selective_scan_bwd_kernel)[(nblk, batch, nseg)](
+        dout_c, dlast_t, u.contiguous(), delta_c, A2t, prep_BC(B, batch, NP), Ct,
+        D.to(f32).contiguous() if D is not None else None, z_c, bias_c, ckt, seg_adj, scratch,
+        du, ddelta, dz, dAp, dBp, dCp, dDp, dbp, dinit, dim, L, G, NCK, seg,
+        SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_D=D is not None,
+        HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_DLAST=dlast_state is not None,
         num_warps=warps,
     )
-    dA.copy_(dAp.sum(0).permute(1, 0, 2).reshape(dim, NP)[:, :N])
+    dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L)
     for grad, part in ((dB, dBp), (dC, dCp)):
         red = part.reshape(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
         grad.copy_(red.reshape(grad.shape))
     if dD is not None:
-        dD.copy_(dDp.sum(0))
+        dD.copy_(dDp.sum((0, 1)))
     if dbias is not None:
-        dbias.copy_(dbp.sum(0))
+        dbias.copy_(dbp.sum((0, 1)))
     if dinit_out is not None:
-        dinit_out.copy_(dinit)
+        dinit_out.copy_(dinit[:, :N].transpose(1, 2))

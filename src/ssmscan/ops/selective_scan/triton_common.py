@@ -18,6 +18,24 @@ vectors are read with 16-byte broadcast loads. To that end the launchers prepare
 Time is walked in tiles of ``T = 4`` steps: u, delta, z (and dout) are read as (BLOCK_D, 4) tiles,
 one 16-byte (fp32) or 8-byte (16-bit) vector per thread and row, split into four columns in
 registers (``_split4``), and the four steps are unrolled.
+
+Note [selective scan segments]
+------------------------------
+One program per (batch, channel block) gives only batch x dim threads, too few to hide the exp2 and
+load latencies at small batch. So L is also split into NSEG segments of SEG checkpoint chunks, one
+program each (program axis 2), when batch x dim alone is short of ``TARGET_WARPS`` warps:
+
+1. local pass: each segment runs from a zero state, giving its end state S_s and sum_t dt_t;
+2. carry pass (one program per channel block, NSEG steps): h_{s+1} = exp(A sum dt_s) h_s + S_s,
+   written to the checkpoint entry at the start of segment s + 1 (the recurrence is affine, so the
+   end state of a segment is its decayed start state plus its end state from zero);
+3. the real pass: each segment runs again from its carried start state, writing ``out`` and the
+   checkpoints inside it; the last segment writes the final entry and ``last_state``.
+
+The backward mirrors it with the adjoint, which needs no states: g_t = C_t dy_t + a_{t+1} g_{t+1}
+(Note [selective scan backward]); a local reverse pass per segment from a zero adjoint, a carry
+pass from the right, then the real backward per segment from its carried adjoint. With one
+segment (enough channels) passes 1 and 2 are skipped and the walk is the plain sequential one.
 """
 
 from __future__ import annotations
@@ -61,6 +79,27 @@ def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
 
+@triton.jit
+def _state_step(h, b_A2, dt, dtu, p_B, t, L, NP: tl.constexpr):
+    """h_t = exp2(dt A2) h_{t-1} + dt u B_t for all (d, n) of the program (no output)."""
+    b_B = tl.load(p_B + t * NP, mask=t < L, other=0.0)
+    return tl.exp2(dt[:, None, None] * b_A2) * h + dtu[:, None, None] * b_B
+
+
+# Warps (batch x channel blocks x segments) the launchers aim for before splitting L: 132
+# multiprocessors x 16 warps. A module constant so the benchmark can time other choices.
+TARGET_WARPS = 132 * 16
+
+
+def segments(warps: int, n_chunks: int) -> tuple[int, int]:
+    """(NSEG, SEG): split ``n_chunks`` checkpoint chunks into NSEG segments of SEG chunks (the last
+    may be shorter) when ``warps`` (batch x channel blocks x warps per block) is below
+    ``TARGET_WARPS``; (1, n_chunks) otherwise. Note [selective scan segments]."""
+    want = max(1, min(n_chunks, -(-TARGET_WARPS // max(warps, 1))))
+    seg = max(1, -(-n_chunks // want))
+    return -(-n_chunks // seg) if n_chunks > 0 else 1, max(seg, 1)
+
+
 def pad_states(N: int) -> int:
     """Padded state count NP (a multiple of 4, power of two)."""
     return max(4, triton.next_power_of_2(N))
@@ -73,6 +112,16 @@ def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
     if NP != N:
         a2 = torch.nn.functional.pad(a2, (0, NP - N))
     return a2.reshape(dim, NP // 4, 4).permute(1, 0, 2).contiguous()
+
+
+def prep_A_t(A: torch.Tensor, NP: int) -> torch.Tensor:
+    """A (dim, N) -> A * log2(e) as (NP, dim) fp32, zero-padded: the kernels' channel-contiguous
+    state layout."""
+    N = A.shape[1]
+    a2 = A.to(torch.float32) * LOG2E
+    if NP != N:
+        a2 = torch.nn.functional.pad(a2, (0, NP - N))
+    return a2.t().contiguous()
 
 
 def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:

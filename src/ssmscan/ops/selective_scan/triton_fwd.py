@@ -1,9 +1,11 @@
 """Triton forward kernel of ``ssmscan::selective_scan_fwd`` (CUDA).
 
 Layout and data preparation: Note [selective scan thread layout] in ``triton_common``.
-Each program owns (batch b, BLOCK_D channels, all states) and walks L sequentially in registers:
-one exp2 per (d, n, t), no cross-thread traffic. The state before every CHECKPOINT_LEN-step chunk
-is written to ``checkpoints`` so that the backward can recompute states chunk by chunk.
+Each program owns (batch b, BLOCK_D channels, all states, one segment of L) and walks its segment
+sequentially in registers: one exp2 per (d, n, t), no cross-thread traffic; with several segments
+a local pass and a carry pass come first (Note [selective scan segments]). The state before every
+CHECKPOINT_LEN-step chunk, and the final state as the last entry, are written to ``checkpoints``
+(``shapes``) so that the backward can recompute states chunk by chunk.
 """
 
 from __future__ import annotations
@@ -12,130 +14,169 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN
+from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
-    _join4,
     _sigmoid,
     _softplus,
-    _split4,
     block_channels,
     num_groups,
     pad_states,
-    prep_A,
+    prep_A_t,
     prep_BC,
+    segments,
 )
 
 
 @triton.jit
-def _fwd_step(h, b_A2, dt, dtu, p_B, p_C, t, L, NP: tl.constexpr):
-    """One time step for all (d, n) of the program: returns (h_t, y_t without D and z)."""
-    m = t < L
-    b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
-    b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
-    dt3 = dt[:, None, None]
-    h = tl.exp2(dt3 * b_A2) * h + dtu[:, None, None] * b_B
-    y = tl.sum(tl.sum(h * b_C, axis=2), axis=1)
-    return h, y
+def _fwd_step(h, b_A2, u, delta, z, b_bias, b_D, p_B, p_C, row, m_d, t, t_end, SOFTPLUS: tl.constexpr,
+              NP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+              LOCAL: tl.constexpr):
+    """One time step t for the program's channels: h_t, and (unless LOCAL) y_t stored to ``out``
+    by the caller. Returns (h, dt_t, u_t, y_t)."""
+    m = m_d & (t < t_end)
+    b_u = tl.load(u + row + t, mask=m, other=0.0).to(tl.float32)
+    b_dt = tl.load(delta + row + t, mask=m, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_dt += b_bias
+    if SOFTPLUS:
+        b_dt = _softplus(b_dt)
+    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    b_B = tl.load(p_B + t * NP, mask=t < t_end, other=0.0)
+    h = tl.exp2(b_dt[:, None] * b_A2) * h + (b_dt * b_u)[:, None] * b_B[None, :]
+    if LOCAL:
+        b_y = b_u
+    else:
+        b_C = tl.load(p_C + t * NP, mask=t < t_end, other=0.0)
+        b_y = tl.sum(h * b_C[None, :], axis=1)
+        if HAS_D:
+            b_y += b_D * b_u
+        if HAS_Z:
+            b_z = tl.load(z + row + t, mask=m, other=0.0).to(tl.float32)
+            b_y *= b_z * _sigmoid(b_z)
+    return h, b_dt, b_y
 
 
 @triton.jit
 def _selective_scan_fwd_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
-    A2,  # (NP // 4, dim, 4) fp32, A * log2(e), zero-padded states
+    A2t,  # (NP, dim) fp32, A * log2(e) transposed, zero-padded states
     Bt,  # (batch, G, L, NP) fp32, B time-major
     Ct,  # (batch, G, L, NP) fp32, C time-major
     Dv,  # (dim,) fp32 skip weight, or None
     z,  # (batch, dim, L) gate, or None
     delta_bias,  # (dim,) fp32, or None
-    init,  # (batch, dim, N) fp32 initial state, or None
+    init,  # (batch, NP, dim) fp32 initial state (states-major, padded), or None
     out,  # (batch, dim, L) output, u's dtype
-    last,  # (batch, dim, N) fp32 final state
-    ckpt,  # (batch, dim, NCK, N) fp32 state before each chunk
+    ckpt,  # (batch, NCK, NP, dim) fp32: state before each chunk, last entry the final state
+    seg_state,  # (batch, NSEG, NP, dim) fp32 LOCAL: segment end state from zero, or None
+    seg_dt,  # (batch, NSEG, dim) fp32 LOCAL: sum of dt over the segment, or None
     dim,  # channels
     L,  # sequence length
     N,  # states
     G,  # groups of B / C
-    NCK,  # number of checkpoints = cdiv(L, CK)
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SEG,  # chunks per segment (program axis 2)
     SOFTPLUS: tl.constexpr,  # dt = softplus(delta + bias)
-    NP: tl.constexpr,  # padded states, multiple of 4
+    NP: tl.constexpr,  # padded states, power of two
     CK: tl.constexpr,  # checkpoint chunk length, multiple of 4
     BLOCK_D: tl.constexpr,  # channels per program
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_INIT: tl.constexpr,
+    LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
 ):
-    NG: tl.constexpr = NP // 4
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    o_n = tl.arange(0, NP)
+    # (BLOCK_D, NP) offsets in the (NP, dim) layout of A2t, the states and checkpoints: contiguous
+    # along the channels, which makes Triton give each thread one channel with all its states (a
+    # (dim, N) layout would spread the states of a channel over threads: shuffles for y)
+    o_nd = o_n[None, :] * dim + o_d[:, None]
+
+    b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
+    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+
+    row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    bc = (i_b * G + grp) * L * NP + o_n  # (NP,): B_t / C_t are broadcast loads
+    p_B = Bt + bc
+    p_C = Ct + bc
+    p_ck = ckpt + i_b * NCK * NP * dim + o_nd  # entry c at p_ck + c * NP * dim
+
+    NC = NCK - 1  # chunks
+    c0 = i_s * SEG
+    c1 = tl.minimum(c0 + SEG, NC)
+    t_beg = c0 * CK
+    t_end = tl.minimum(c1 * CK, L)
+    if LOCAL:
+        h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+        dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    elif i_s == 0:
+        if HAS_INIT:
+            h = tl.load(init + i_b * NP * dim + o_nd, mask=m_d[:, None], other=0.0)
+        else:
+            h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    else:
+        h = tl.load(p_ck + c0 * (NP * dim), mask=m_d[:, None], other=0.0)  # from the carry pass
+    for t0 in range(t_beg, t_end, 4):
+        if not LOCAL:
+            if t0 % CK == 0:
+                tl.store(p_ck + (t0 // CK) * (NP * dim), h, mask=m_d[:, None])
+        for j in tl.static_range(4):  # unrolled: four steps' loads and exp2 in flight
+            h, b_dt, b_y = _fwd_step(h, b_A2, u, delta, z, b_bias, b_D, p_B, p_C, row, m_d, t0 + j, t_end,
+                                     SOFTPLUS, NP, HAS_D, HAS_Z, HAS_BIAS, LOCAL)
+            if LOCAL:
+                dt_sum += b_dt
+            else:
+                tl.store(out + row + t0 + j, b_y.to(out.dtype.element_ty), mask=m_d & (t0 + j < t_end))
+    if LOCAL:
+        tl.store(seg_state + (i_b * NSEG + i_s) * (NP * dim) + o_nd, h, mask=m_d[:, None])
+        tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
+    elif c1 == NC:
+        tl.store(p_ck + NC * (NP * dim), h, mask=m_d[:, None])  # the final entry
+
+
+@triton.jit
+def _selective_scan_fwd_carry_kernel(
+    A2t,  # (NP, dim) fp32
+    init,  # (batch, NP, dim) fp32 initial state, or None
+    seg_state,  # (batch, NSEG, NP, dim) fp32 segment end states from zero
+    seg_dt,  # (batch, NSEG, dim) fp32 sum of dt per segment
+    ckpt,  # (batch, NCK, NP, dim) fp32: writes the entries at segment starts
+    dim,  # channels
+    NCK,  # checkpoint entries
+    NSEG,  # segments
+    SEG,  # chunks per segment
+    NP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+):
+    """Pass 2 of Note [selective scan segments]: h_{s+1} = exp(A * sum dt_s) h_s + local_s."""
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
-    o_n = tl.arange(0, NG)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]  # (1, NG, 4)
-    m_dn = m_d[:, None, None] & (o_n < N)
-    o_t = tl.arange(0, 4)
-
-    b_A2 = tl.load(A2 + tl.arange(0, NG)[None, :, None] * (dim * 4) + o_d[:, None, None] * 4
-                   + tl.arange(0, 4)[None, None, :], mask=m_d[:, None, None], other=0.0)
-    if HAS_D:
-        b_D = tl.load(Dv + o_d, mask=m_d, other=0.0)
-    if HAS_BIAS:
-        b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0)
-
-    row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
-    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
-    bc = (i_b * G + grp) * L * NP + o_n  # (1, NG, 4): B_t / C_t are broadcast loads
-    p_B = Bt + bc
-    p_C = Ct + bc
-    st = (i_b * dim + o_d.to(tl.int64))[:, None, None] * N + o_n  # (BLOCK_D, NG, 4) state offsets
+    o_n = tl.arange(0, NP)
+    o_nd = o_n[None, :] * dim + o_d[:, None]
+    b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
+    p_ck = ckpt + i_b * NCK * NP * dim + o_nd
     if HAS_INIT:
-        h = tl.load(init + st, mask=m_dn, other=0.0)
+        h = tl.load(init + i_b * NP * dim + o_nd, mask=m_d[:, None], other=0.0)
     else:
-        h = tl.zeros((BLOCK_D, NG, 4), dtype=tl.float32)
-
-    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None, None] * NCK * N + o_n
-    # one flat loop over 4-step tiles; the next tile's u / delta / z are loaded before the current
-    # tile is computed, so their latency hides behind a tile of exp2 work
-    o = row[:, None] + o_t[None, :]
-    m = m_d[:, None] & (o_t < L)[None, :]
-    n_u = tl.load(u + o, mask=m, other=0.0)
-    n_dt = tl.load(delta + o, mask=m, other=0.0)
-    if HAS_Z:
-        n_z = tl.load(z + o, mask=m, other=0.0)
-    for t0 in range(0, L, 4):
-        if t0 % CK == 0:
-            tl.store(p_ck + (t0 // CK) * N, h, mask=m_dn)
-        m = m_d[:, None] & ((t0 + o_t) < L)[None, :]
-        o = row[:, None] + (t0 + o_t)[None, :]
-        b_u = n_u.to(tl.float32)
-        b_dt = n_dt.to(tl.float32)
-        if HAS_Z:
-            b_z = n_z.to(tl.float32)
-        m_next = m_d[:, None] & ((t0 + 4 + o_t) < L)[None, :]
-        n_u = tl.load(u + o + 4, mask=m_next, other=0.0)
-        n_dt = tl.load(delta + o + 4, mask=m_next, other=0.0)
-        if HAS_Z:
-            n_z = tl.load(z + o + 4, mask=m_next, other=0.0)
-        if HAS_BIAS:
-            b_dt += b_bias[:, None]
-        if SOFTPLUS:
-            b_dt = _softplus(b_dt)
-        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-        b_dtu = b_dt * b_u
-        dt0, dt1, dt2, dt3 = _split4(b_dt)
-        x0, x1, x2, x3 = _split4(b_dtu)
-        h, y0 = _fwd_step(h, b_A2, dt0, x0, p_B, p_C, t0, L, NP)
-        h, y1 = _fwd_step(h, b_A2, dt1, x1, p_B, p_C, t0 + 1, L, NP)
-        h, y2 = _fwd_step(h, b_A2, dt2, x2, p_B, p_C, t0 + 2, L, NP)
-        h, y3 = _fwd_step(h, b_A2, dt3, x3, p_B, p_C, t0 + 3, L, NP)
-        b_y = _join4(y0, y1, y2, y3)
-        if HAS_D:
-            b_y += b_D[:, None] * b_u
-        if HAS_Z:
-            b_y *= b_z * _sigmoid(b_z)
-        tl.store(out + o, b_y.to(out.dtype.element_ty), mask=m)
-    tl.store(last + st, h, mask=m_dn)
+        h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    for s in range(0, NSEG - 1):
+        b_loc = tl.load(seg_state + (i_b * NSEG + s) * (NP * dim) + o_nd, mask=m_d[:, None], other=0.0)
+        b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
+        h = tl.exp2(b_sdt[:, None] * b_A2) * h + b_loc
+        tl.store(p_ck + ((s + 1) * SEG) * (NP * dim), h, mask=m_d[:, None])
 
 
 def launch(
@@ -155,38 +196,70 @@ def launch(
 ) -> None:
     """Run the forward into the preallocated ``out``, ``last_state``, ``checkpoints``
     (``shapes.empty_forward_outputs``). Inputs may have any strides."""
+    if u.dtype == torch.float64:
+        # no float64 Triton path: the float64 C kernel on host copies (correct, not fast)
+        from ssmscan.ops.selective_scan import cpu  # noqa: F401  (registers the op)
+
+        host = [t.cpu() if t is not None else None for t in (u, delta, A, B, C, D, z, delta_bias, initial_state)]
+        res = torch.ops.ssmscan.selective_scan_fwd_cpu(*host, delta_softplus)
+        for dst, src in zip((out, last_state, checkpoints), res):
+            dst.copy_(src)
+        return
+    if u.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}")
     batch, dim, L = u.shape
     N = A.shape[1]
     NP = pad_states(N)
     G = num_groups(B)
-    assert CHECKPOINT_LEN % TILE_T == 0
+    NCK = checkpoints.shape[2]
+    assert CHECKPOINT_LEN % TILE_T == 0 and NCK == num_checkpoints(L), (NCK, L)
+    assert out.shape == (batch, dim, L) and last_state.shape == (batch, dim, N)
     block_d, warps = block_channels(batch, dim, G)
-    grid = (triton.cdiv(dim, block_d), batch)
-    torch.library.wrap_triton(_selective_scan_fwd_kernel)[grid](
-        u.contiguous(),
-        delta.contiguous(),
-        prep_A(A, NP),
-        prep_BC(B, batch, NP),
-        prep_BC(C, batch, NP),
-        D.to(torch.float32).contiguous() if D is not None else None,
-        z.contiguous() if z is not None else None,
-        delta_bias.to(torch.float32).contiguous() if delta_bias is not None else None,
-        initial_state.to(torch.float32).contiguous() if initial_state is not None else None,
-        out,
-        last_state,
-        checkpoints,
-        dim,
-        L,
-        N,
-        G,
-        checkpoints.shape[2],
-        SOFTPLUS=delta_softplus,
-        NP=NP,
-        CK=CHECKPOINT_LEN,
-        BLOCK_D=block_d,
-        HAS_D=D is not None,
-        HAS_Z=z is not None,
-        HAS_BIAS=delta_bias is not None,
-        HAS_INIT=initial_state is not None,
+    nblk = triton.cdiv(dim, block_d)
+    nseg, seg = segments(batch * nblk * warps, NCK - 1)
+    f32 = torch.float32
+    dev = u.device
+    # the kernels keep states channel-contiguous, (NP, dim): checkpoints go through ckt
+    # (batch, NCK, NP, dim) and are transposed into ``checkpoints`` / ``last_state`` at the end
+    ckt = torch.empty((batch, NCK, NP, dim), dtype=f32, device=dev)
+    init_t = None
+    if initial_state is not None:
+        init_t = torch.zeros((batch, NP, dim), dtype=f32, device=dev)
+        init_t[:, :N].copy_(initial_state.transpose(1, 2))
+    args = dict(
+        u=u.contiguous(),
+        delta=delta.contiguous(),
+        A2t=prep_A_t(A, NP),
+        Bt=prep_BC(B, batch, NP),
+        Ct=prep_BC(C, batch, NP),
+        Dv=D.to(f32).contiguous() if D is not None else None,
+        z=z.contiguous() if z is not None else None,
+        delta_bias=delta_bias.to(f32).contiguous() if delta_bias is not None else None,
+        init=init_t,
+        out=out,
+        ckpt=ckt,
+    )
+    consts = dict(
+        SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_D=D is not None,
+        HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None,
         num_warps=warps,
     )
+    kernel = torch.library.wrap_triton(_selective_scan_fwd_kernel)
+    if nseg > 1:
+        # Note [selective scan segments]: local pass, carry pass, then the real pass below
+        seg_state = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
+        seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
+        kernel[(nblk, batch, nseg)](
+            **args, seg_state=seg_state, seg_dt=seg_dt, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg,
+            LOCAL=True, **consts,
+        )
+        torch.library.wrap_triton(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
+            args["A2t"], init_t, seg_state, seg_dt, ckt, dim, NCK, nseg, seg,
+            NP=NP, BLOCK_D=block_d, HAS_INIT=initial_state is not None, num_warps=warps,
+        )
+    kernel[(nblk, batch, nseg)](
+        **args, seg_state=None, seg_dt=None, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg,
+        LOCAL=False, **consts,
+    )
+    checkpoints.copy_(ckt[:, :, :N].permute(0, 3, 1, 2))
+    last_state.copy_(ckt[:, -1, :N].transpose(1, 2))
