@@ -19,8 +19,7 @@ import test_selective_scan_triton as T  # noqa: E402
 from ssmscan.ops.selective_scan import triton_common  # noqa: E402
 from ssmscan.testing import rel_error  # noqa: E402
 
-CASES = [(2, 64, 63, 16, None), (1, 96, 1000, 16, 3), (2, 130, 1, 4, None), (1, 512, 3001, 8, None),
-         (1, 64, 517, 16, 2), (4, 2048, 600, 16, None)]
+CASES = [(2, 64, 63, 16, None), (1, 96, 1000, 16, 3), (4, 2048, 600, 16, None), (1, 64, 517, 16, 2)]
 
 
 def main():

@@ -180,6 +180,7 @@ def _selective_scan_bwd_kernel(
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_DLAST: tl.constexpr,
+    HAS_SEG: tl.constexpr,  # L split into segments: seg_adj given
 ):
     NT: tl.constexpr = CK // 4
     i_d = tl.program_id(0)
@@ -209,12 +210,13 @@ def _selective_scan_bwd_kernel(
     i_bs = i_b * NSEG + i_s
     p_sc = scratch + i_bs * NT * SZ + o_nd
 
-    if i_s < NSEG - 1:
-        G_adj = tl.load(seg_adj + i_bs * SZ + o_nd, mask=m_d2, other=0.0)
-    elif HAS_DLAST:
+    if HAS_DLAST:
         G_adj = tl.load(dlast + i_b * SZ + o_nd, mask=m_d2, other=0.0)
     else:
         G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    if HAS_SEG:  # constexpr: seg_adj is None with one segment
+        if i_s < NSEG - 1:
+            G_adj = tl.load(seg_adj + i_bs * SZ + o_nd, mask=m_d2, other=0.0)
     dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
@@ -472,7 +474,7 @@ def launch(
         du, ddelta, dz, dAp, dBp, dCp, dDp, dbp, dinit, dim, L, G, NCK, seg,
         SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_D=D is not None,
         HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_DLAST=dlast_state is not None,
-        num_warps=warps,
+        HAS_SEG=nseg > 1, num_warps=warps,
     )
     dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L)
