@@ -13,11 +13,11 @@ import sys
 import torch
 
 sys.path.insert(0, "tests/ops/selective_scan")
-import conftest  # noqa: E402,F401  (TRITON_INTERPRET=1 without CUDA)
-import test_selective_scan_triton as T  # noqa: E402
+import conftest  # noqa: F401  (TRITON_INTERPRET=1 without CUDA)
+import test_selective_scan_triton as T
 
-from ssmscan.ops.selective_scan import triton_common  # noqa: E402
-from ssmscan.testing import rel_error  # noqa: E402
+from ssmscan.ops.selective_scan import triton_common
+from ssmscan.testing import rel_error
 
 CASES = [(2, 64, 63, 16, None), (1, 96, 1000, 16, 3), (4, 2048, 600, 16, None), (1, 64, 517, 16, 2)]
 
@@ -30,14 +30,24 @@ def main():
         for tw in (0, triton_common.TARGET_WARPS):
             triton_common.TARGET_WARPS = tw
             for batch, dim, L, N, groups in cases:
-                kw, dout, dlast = T._inputs(batch, dim, L, N, groups, True, True, True, dtype, device, seed=L + 7)
-                (out, last, ckpt), grads = T._run_launchers(kw, dout, dlast)
+                kw, dout, dlast = T._inputs(
+                    batch, dim, L, N, groups, True, True, True, dtype, device, seed=L + 7
+                )
+                (out, last, _ckpt), grads = T._run_launchers(kw, dout, dlast)
                 r_out, r_last, r_grads = T._reference(kw, dout, dlast)
                 errs = {"out": rel_error(out, r_out), "last_state": rel_error(last, r_last)}
                 errs.update({f"d{k}": rel_error(g, r_grads[k]) for k, g in grads.items()})
                 for k, v in errs.items():
                     worst[k] = max(worst.get(k, 0.0), v)
-        print(json.dumps({"dtype": str(dtype).split(".")[-1], **{k: float(f"{v:.3g}") for k, v in worst.items()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "dtype": str(dtype).split(".")[-1],
+                    **{k: float(f"{v:.3g}") for k, v in worst.items()},
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

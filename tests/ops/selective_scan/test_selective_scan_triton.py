@@ -31,14 +31,27 @@ CASES = [
     pytest.param(1, 3, 7, 1, None, True, False, True, id="B1-D3-L7-N1-nosoftplus-init"),
     pytest.param(2, 4, 63, 4, 2, True, True, True, id="B2-D4-L63-N4-G2-init"),
     pytest.param(1, 6, 300, 4, None, False, True, False, id="B1-D6-L300-N4-bare"),
-    pytest.param(1, 2, 2 * CHECKPOINT_LEN + 5, 3, None, True, True, True, id="B1-D2-L2CKp5-N3-init"),
+    pytest.param(
+        1, 2, 2 * CHECKPOINT_LEN + 5, 3, None, True, True, True, id="B1-D2-L2CKp5-N3-init"
+    ),
 ]
 
 
 def _inputs(batch, dim, L, N, groups, full, softplus, init, dtype, device, seed=0):
     kw = make_selective_scan_inputs(
-        batch, dim, L, N, groups=groups, dtype=dtype, device=device, has_D=full, has_z=full,
-        has_delta_bias=full, delta_softplus=softplus, has_initial_state=init, seed=seed,
+        batch,
+        dim,
+        L,
+        N,
+        groups=groups,
+        dtype=dtype,
+        device=device,
+        has_D=full,
+        has_z=full,
+        has_delta_bias=full,
+        delta_softplus=softplus,
+        has_initial_state=init,
+        seed=seed,
     )
     g = torch.Generator().manual_seed(seed + 1)
     dout = torch.randn(batch, dim, L, generator=g, dtype=torch.float64).to(dtype).to(device)
@@ -48,10 +61,21 @@ def _inputs(batch, dim, L, N, groups, full, softplus, init, dtype, device, seed=
 
 def _reference(kw, dout, dlast):
     """float64 outputs and gradients of every tensor input."""
-    ins = {k: (kw[k].detach().double().requires_grad_() if kw[k] is not None else None) for k in _ARGS}
+    ins = {
+        k: (kw[k].detach().double().requires_grad_() if kw[k] is not None else None) for k in _ARGS
+    }
     out, last = selective_scan_reference(
-        ins["u"], ins["delta"], ins["A"], ins["B"], ins["C"], ins["D"], ins["z"],
-        ins["delta_bias"], kw["delta_softplus"], True, ins["initial_state"],
+        ins["u"],
+        ins["delta"],
+        ins["A"],
+        ins["B"],
+        ins["C"],
+        ins["D"],
+        ins["z"],
+        ins["delta_bias"],
+        kw["delta_softplus"],
+        True,
+        ins["initial_state"],
     )
     leaves = [k for k in _ARGS if ins[k] is not None]
     grads = torch.autograd.grad(
@@ -76,9 +100,26 @@ def _run_launchers(kw, dout, dlast):
     triton_fwd.launch(u, delta, A, B, C, D, z, bias, init, kw["delta_softplus"], *outs)
     grads = empty_backward_outputs(u, delta, A, B, C, D, z, bias, init)
     _poison([*grads[:5], *grads[5]])
-    triton_bwd.launch(dout, dlast, u, delta, A, B, C, D, z, bias, init, outs[2],
-                      kw["delta_softplus"], *grads[:5], grads[5])
-    names = ["u", "delta", "A", "B", "C"] + [k for k in ("D", "z", "delta_bias", "initial_state") if kw[k] is not None]
+    triton_bwd.launch(
+        dout,
+        dlast,
+        u,
+        delta,
+        A,
+        B,
+        C,
+        D,
+        z,
+        bias,
+        init,
+        outs[2],
+        kw["delta_softplus"],
+        *grads[:5],
+        grads[5],
+    )
+    names = ["u", "delta", "A", "B", "C"] + [
+        k for k in ("D", "z", "delta_bias", "initial_state") if kw[k] is not None
+    ]
     return outs, dict(zip(names, [*grads[:5], *grads[5]]))
 
 
@@ -92,12 +133,29 @@ def _reference_checkpoints(kw, L):
         t = c * CHECKPOINT_LEN
         if t == 0:
             init = ins["initial_state"]
-            entries.append(init if init is not None else torch.zeros(ins["u"].shape[0], ins["u"].shape[1], ins["A"].shape[1], dtype=torch.float64))
+            entries.append(
+                init
+                if init is not None
+                else torch.zeros(
+                    ins["u"].shape[0], ins["u"].shape[1], ins["A"].shape[1], dtype=torch.float64
+                )
+            )
             continue
-        sl = lambda x: x[..., :t]  # noqa: E731
+        pre = {
+            k: (ins[k][..., :t] if ins[k] is not None else None)
+            for k in ("u", "delta", "B", "C", "z")
+        }
         _, last = selective_scan_reference(
-            sl(ins["u"]), sl(ins["delta"]), ins["A"], sl(ins["B"]), sl(ins["C"]), ins["D"],
-            sl(ins["z"]) if ins["z"] is not None else None, ins["delta_bias"], kw["delta_softplus"], True,
+            pre["u"],
+            pre["delta"],
+            ins["A"],
+            pre["B"],
+            pre["C"],
+            ins["D"],
+            pre["z"],
+            ins["delta_bias"],
+            kw["delta_softplus"],
+            True,
             ins["initial_state"],
         )
         entries.append(last)
@@ -125,9 +183,15 @@ def _check(kw, dout, dlast, outs, grads, dtype):
 
 
 _INTERP = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)"
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
 )
-_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+_DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp64": torch.float64,
+}
 
 
 @pytest.fixture(params=["segments", "one-segment"])
@@ -152,10 +216,16 @@ def test_triton_interpreter(batch, dim, L, N, groups, full, softplus, init, segm
 
 # (batch, dim, L, N, groups, full, softplus, init, dtype, dlast given)
 DTYPE_CASES = [
-    pytest.param(1, 4, 37, 4, None, True, True, False, "bf16", False, id="B1-D4-L37-N4-bf16-nodlast"),
+    pytest.param(
+        1, 4, 37, 4, None, True, True, False, "bf16", False, id="B1-D4-L37-N4-bf16-nodlast"
+    ),
     pytest.param(2, 4, 63, 16, 2, True, True, True, "fp16", True, id="B2-D4-L63-N16-G2-fp16-init"),
-    pytest.param(1, 3, 517, 4, None, True, True, True, "fp16", False, id="B1-D3-L517-N4-fp16-nodlast"),
-    pytest.param(1, 2, 257, 16, None, True, True, True, "bf16", True, id="B1-D2-L257-N16-bf16-init"),
+    pytest.param(
+        1, 3, 517, 4, None, True, True, True, "fp16", False, id="B1-D3-L517-N4-fp16-nodlast"
+    ),
+    pytest.param(
+        1, 2, 257, 16, None, True, True, True, "bf16", True, id="B1-D2-L257-N16-bf16-init"
+    ),
     pytest.param(1, 3, 517, 16, None, True, True, True, "fp32", False, id="B1-D3-L517-N16-nodlast"),
     pytest.param(2, 2, 7, 1, None, False, False, False, "fp16", True, id="B2-D2-L7-N1-fp16-bare"),
     pytest.param(1, 3, 300, 4, None, True, True, True, "fp64", True, id="B1-D3-L300-N4-fp64-host"),
@@ -198,8 +268,19 @@ def test_triton_rejects_unsupported_dtype():
     kw = make_selective_scan_inputs(1, 2, 5, 4, dtype=torch.float32)
     u = kw["u"].to(torch.int32)
     with pytest.raises(TypeError, match="float32"):
-        triton_fwd.launch(u, kw["delta"], kw["A"], kw["B"], kw["C"], None, None, None, None, True,
-                          *empty_forward_outputs(kw["u"], kw["A"]))
+        triton_fwd.launch(
+            u,
+            kw["delta"],
+            kw["A"],
+            kw["B"],
+            kw["C"],
+            None,
+            None,
+            None,
+            None,
+            True,
+            *empty_forward_outputs(kw["u"], kw["A"]),
+        )
 
 
 GPU_CASES = [
@@ -214,7 +295,9 @@ GPU_CASES = [
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
 @pytest.mark.parametrize("batch,dim,L,N,groups", GPU_CASES)
 def test_triton_gpu(batch, dim, L, N, groups, dtype, segmenting):
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
@@ -239,7 +322,8 @@ def test_compile_fullgraph_training_step_gpu(dynamic):
 
     def loss_fn(u, delta, B, C, z, A, D, delta_bias):
         out, last, _ = torch.ops.ssmscan.selective_scan_fwd(
-            u, delta, A, B, C, D, z, delta_bias, None, True)
+            u, delta, A, B, C, D, z, delta_bias, None, True
+        )
         return out.float().square().mean() + last.square().mean()
 
     def step(fn, *args):
@@ -247,7 +331,16 @@ def test_compile_fullgraph_training_step_gpu(dynamic):
         loss.backward()
         return loss.detach()
 
-    args = [kw["u"], kw["delta"], kw["B"], kw["C"], kw["z"], params["A"], params["D"], params["delta_bias"]]
+    args = [
+        kw["u"],
+        kw["delta"],
+        kw["B"],
+        kw["C"],
+        kw["z"],
+        params["A"],
+        params["D"],
+        params["delta_bias"],
+    ]
     eager = step(loss_fn, *args)
     eager_grads = [params[k].grad.clone() for k in ("A", "D", "delta_bias")]
     for p in params.values():

@@ -53,8 +53,20 @@ LN2 = math.log(2.0)
 
 
 @triton.jit
-def _step_inputs(u, delta, dout, z, row, m_d, t, t_end, b_bias, SOFTPLUS: tl.constexpr,
-                 HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr):
+def _step_inputs(
+    u,
+    delta,
+    dout,
+    z,
+    row,
+    m_d,
+    t,
+    t_end,
+    b_bias,
+    SOFTPLUS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
     """Column t of the (BLOCK_D,) inputs: (mask, u, x = delta + bias, dt, dout, z, sigmoid(z), dy)."""
     m = m_d & (t < t_end)
     b_u = tl.load(u + row + t, mask=m, other=0.0).to(tl.float32)
@@ -122,8 +134,28 @@ def _adjoint_only_step(G, b_A2, dt, dy, p_C, t, L, NP: tl.constexpr):
 
 
 @triton.jit
-def _grad_outputs(du, ddelta, dz, row, t, m, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy, qA, gB, y, b_D,
-                  SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+def _grad_outputs(
+    du,
+    ddelta,
+    dz,
+    row,
+    t,
+    m,
+    b_u,
+    b_x,
+    b_dt,
+    b_do,
+    b_z,
+    sig_z,
+    b_dy,
+    qA,
+    gB,
+    y,
+    b_D,
+    SOFTPLUS: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+):
     """Store du_t, ddelta_t, dz_t of one column; returns ddelta_t (for ddelta_bias)."""
     b_ddt = qA * 0.6931471805599453 + b_u * gB  # A2 -> A
     b_du = b_dt * gB
@@ -252,22 +284,122 @@ def _selective_scan_bwd_kernel(
             k = n_tiles - 1 - kk
             t0 = t_beg + 4 * k
             hs = tl.load(p_sc + k * SZ, mask=m_d2, other=0.0)
-            m0, u0, x0, dt0, do0, z0, s0, dy0 = _step_inputs(u, delta, dout, z, row, m_d, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
-            m1, u1, x1, dt1, do1, z1, s1, dy1 = _step_inputs(u, delta, dout, z, row, m_d, t0 + 1, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
-            m2, u2, x2, dt2, do2, z2, s2, dy2 = _step_inputs(u, delta, dout, z, row, m_d, t0 + 2, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
-            m3, u3, x3, dt3, do3, z3, s3, dy3 = _step_inputs(u, delta, dout, z, row, m_d, t0 + 3, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS)
+            m0, u0, x0, dt0, do0, z0, s0, dy0 = _step_inputs(
+                u, delta, dout, z, row, m_d, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+            )
+            m1, u1, x1, dt1, do1, z1, s1, dy1 = _step_inputs(
+                u, delta, dout, z, row, m_d, t0 + 1, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+            )
+            m2, u2, x2, dt2, do2, z2, s2, dy2 = _step_inputs(
+                u, delta, dout, z, row, m_d, t0 + 2, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+            )
+            m3, u3, x3, dt3, do3, z3, s3, dy3 = _step_inputs(
+                u, delta, dout, z, row, m_d, t0 + 3, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+            )
             h0, y0 = _recompute_step(hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dC, t0, L, NP)
             h1, y1 = _recompute_step(h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dC, t0 + 1, L, NP)
             h2, y2 = _recompute_step(h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dC, t0 + 2, L, NP)
             _h3, y3 = _recompute_step(h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dC, t0 + 3, L, NP)
-            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dB, dA_acc, t0 + 3, L, NP)
-            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0 + 3, m3, u3, x3, dt3, do3, z3, s3, dy3, qA, gB, y3, b_D, SOFTPLUS, HAS_D, HAS_Z)
-            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dB, dA_acc, t0 + 2, L, NP)
-            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0 + 2, m2, u2, x2, dt2, do2, z2, s2, dy2, qA, gB, y2, b_D, SOFTPLUS, HAS_D, HAS_Z)
-            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dB, dA_acc, t0 + 1, L, NP)
-            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0 + 1, m1, u1, x1, dt1, do1, z1, s1, dy1, qA, gB, y1, b_D, SOFTPLUS, HAS_D, HAS_Z)
-            G_adj, dA_acc, qA, gB = _adjoint_step(G_adj, hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dB, dA_acc, t0, L, NP)
-            dbias_acc += _grad_outputs(du, ddelta, dz, row, t0, m0, u0, x0, dt0, do0, z0, s0, dy0, qA, gB, y0, b_D, SOFTPLUS, HAS_D, HAS_Z)
+            G_adj, dA_acc, qA, gB = _adjoint_step(
+                G_adj, h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dB, dA_acc, t0 + 3, L, NP
+            )
+            dbias_acc += _grad_outputs(
+                du,
+                ddelta,
+                dz,
+                row,
+                t0 + 3,
+                m3,
+                u3,
+                x3,
+                dt3,
+                do3,
+                z3,
+                s3,
+                dy3,
+                qA,
+                gB,
+                y3,
+                b_D,
+                SOFTPLUS,
+                HAS_D,
+                HAS_Z,
+            )
+            G_adj, dA_acc, qA, gB = _adjoint_step(
+                G_adj, h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dB, dA_acc, t0 + 2, L, NP
+            )
+            dbias_acc += _grad_outputs(
+                du,
+                ddelta,
+                dz,
+                row,
+                t0 + 2,
+                m2,
+                u2,
+                x2,
+                dt2,
+                do2,
+                z2,
+                s2,
+                dy2,
+                qA,
+                gB,
+                y2,
+                b_D,
+                SOFTPLUS,
+                HAS_D,
+                HAS_Z,
+            )
+            G_adj, dA_acc, qA, gB = _adjoint_step(
+                G_adj, h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dB, dA_acc, t0 + 1, L, NP
+            )
+            dbias_acc += _grad_outputs(
+                du,
+                ddelta,
+                dz,
+                row,
+                t0 + 1,
+                m1,
+                u1,
+                x1,
+                dt1,
+                do1,
+                z1,
+                s1,
+                dy1,
+                qA,
+                gB,
+                y1,
+                b_D,
+                SOFTPLUS,
+                HAS_D,
+                HAS_Z,
+            )
+            G_adj, dA_acc, qA, gB = _adjoint_step(
+                G_adj, hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dB, dA_acc, t0, L, NP
+            )
+            dbias_acc += _grad_outputs(
+                du,
+                ddelta,
+                dz,
+                row,
+                t0,
+                m0,
+                u0,
+                x0,
+                dt0,
+                do0,
+                z0,
+                s0,
+                dy0,
+                qA,
+                gB,
+                y0,
+                b_D,
+                SOFTPLUS,
+                HAS_D,
+                HAS_Z,
+            )
             if HAS_D:
                 dD_acc += dy0 * u0 + dy1 * u1 + dy2 * u2 + dy3 * u3
     if i_s == 0:
@@ -405,14 +537,31 @@ def launch(
         # no float64 Triton path: the float64 C kernel on host copies (correct, not fast)
         from ssmscan.ops.selective_scan import cpu  # noqa: F401  (registers the op)
 
-        host = [t.cpu() if t is not None else None for t in (
-            dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints)]
+        host = [
+            t.cpu() if t is not None else None
+            for t in (
+                dout,
+                dlast_state,
+                u,
+                delta,
+                A,
+                B,
+                C,
+                D,
+                z,
+                delta_bias,
+                initial_state,
+                checkpoints,
+            )
+        ]
         res = torch.ops.ssmscan.selective_scan_bwd_cpu(*host, delta_softplus)
         for dst, src in zip((du, ddelta, dA, dB, dC, *optional_grads), (*res[:5], *res[5])):
             dst.copy_(src)
         return
     if u.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}")
+        raise TypeError(
+            f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}"
+        )
     batch, dim, L = u.shape
     N = A.shape[1]
     NP = pad_states(N)
@@ -453,13 +602,39 @@ def launch(
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         seg_adj = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         torch.library.wrap_triton(_selective_scan_bwd_local_kernel)[(nblk, batch, nseg)](
-            dout_c, delta_c, A2t, Ct, z_c, bias_c, seg_loc, seg_dt, dim, L, G, NCK - 1, seg,
-            SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_Z=z is not None,
-            HAS_BIAS=delta_bias is not None, num_warps=warps,
+            dout_c,
+            delta_c,
+            A2t,
+            Ct,
+            z_c,
+            bias_c,
+            seg_loc,
+            seg_dt,
+            dim,
+            L,
+            G,
+            NCK - 1,
+            seg,
+            SOFTPLUS=delta_softplus,
+            NP=NP,
+            CK=CHECKPOINT_LEN,
+            BLOCK_D=block_d,
+            HAS_Z=z is not None,
+            HAS_BIAS=delta_bias is not None,
+            num_warps=warps,
         )
         torch.library.wrap_triton(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
-            A2t, dlast_t, seg_loc, seg_dt, seg_adj, dim, nseg,
-            NP=NP, BLOCK_D=block_d, HAS_DLAST=dlast_state is not None, num_warps=warps,
+            A2t,
+            dlast_t,
+            seg_loc,
+            seg_dt,
+            seg_adj,
+            dim,
+            nseg,
+            NP=NP,
+            BLOCK_D=block_d,
+            HAS_DLAST=dlast_state is not None,
+            num_warps=warps,
         )
     scratch = torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev)
     dAp = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
@@ -469,12 +644,43 @@ def launch(
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, NP, dim), dtype=f32, device=dev)
     torch.library.wrap_triton(_selective_scan_bwd_kernel)[(nblk, batch, nseg)](
-        dout_c, dlast_t, u.contiguous(), delta_c, A2t, prep_BC(B, batch, NP), Ct,
-        D.to(f32).contiguous() if D is not None else None, z_c, bias_c, ckt, seg_adj, scratch,
-        du, ddelta, dz, dAp, dBp, dCp, dDp, dbp, dinit, dim, L, G, NCK, seg,
-        SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_D=D is not None,
-        HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_DLAST=dlast_state is not None,
-        HAS_SEG=nseg > 1, num_warps=warps,
+        dout_c,
+        dlast_t,
+        u.contiguous(),
+        delta_c,
+        A2t,
+        prep_BC(B, batch, NP),
+        Ct,
+        D.to(f32).contiguous() if D is not None else None,
+        z_c,
+        bias_c,
+        ckt,
+        seg_adj,
+        scratch,
+        du,
+        ddelta,
+        dz,
+        dAp,
+        dBp,
+        dCp,
+        dDp,
+        dbp,
+        dinit,
+        dim,
+        L,
+        G,
+        NCK,
+        seg,
+        SOFTPLUS=delta_softplus,
+        NP=NP,
+        CK=CHECKPOINT_LEN,
+        BLOCK_D=block_d,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None,
+        HAS_DLAST=dlast_state is not None,
+        HAS_SEG=nseg > 1,
+        num_warps=warps,
     )
     dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L)

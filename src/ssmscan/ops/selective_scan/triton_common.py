@@ -2,22 +2,23 @@
 
 Note [selective scan thread layout]
 -----------------------------------
-Every program owns one batch row ``b`` and a block of ``BLOCK_D`` channels, with *all* N states
-of each channel, and walks time sequentially: the recurrence of each (d, n) lane is independent,
-so no cross-thread scan is needed. The state is held as a 3-D register tile
-``(NG, BLOCK_D, 4)`` with ``n = 4 * ng + j``: that shape makes Triton's layout heuristics give each
-thread one channel and all of its states (``sizePerThread = [1, 1, 4]``, threads along BLOCK_D),
-so the sums over n (``y = sum_n C h``, ``du``, ``ddelta``) are in-thread and the per-step B_t / C_t
-vectors are read with 16-byte broadcast loads. To that end the launchers prepare, once per call:
+Every program owns one batch row ``b``, a block of ``BLOCK_D`` channels with *all* N states of each
+channel, and one segment of L, and walks time sequentially: the recurrence of each (d, n) lane is
+independent, so no cross-thread scan is needed. The state is a (BLOCK_D, NP) register tile, and
+every state-shaped buffer (A, initial / final / checkpointed states, scratch) is laid out
+channel-contiguous, (NP, dim): Triton's coalescing then puts the threads along the channels, one
+channel with all its states per thread, so ``y = sum_n C h``, ``du`` and ``ddelta`` are in-thread
+sums (no shuffles; a (dim, N) layout spreads a channel's states over threads, seen as 128-256
+SHFL per 4 steps in the SASS). The launchers prepare, once per call:
 
-* ``A2`` (NG, dim, 4) fp32: ``A * log2(e)``, zero-padded to NP = 4 * NG states (a padded state has
-  decay 1 and input 0, so it stays 0);
+* ``A2t`` (NP, dim) fp32: ``A * log2(e)``, zero-padded to NP states (a padded state has decay 1
+  and input 0, so it stays 0);
 * ``Bt``, ``Ct`` (batch, G, L, NP) fp32: B and C transposed time-major and padded (these are
-  ``dim / N`` times smaller than u, so the copy is cheap).
+  ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads;
+* states-major copies of the checkpoints / initial state / dlast_state, transposed back at the end.
 
-Time is walked in tiles of ``T = 4`` steps: u, delta, z (and dout) are read as (BLOCK_D, 4) tiles,
-one 16-byte (fp32) or 8-byte (16-bit) vector per thread and row, split into four columns in
-registers (``_split4``), and the four steps are unrolled.
+Time is walked in unrolled groups of ``TILE_T = 4`` steps; u, delta, z (and dout) are read one
+column (BLOCK_D,) per step.
 
 Note [selective scan segments]
 ------------------------------
@@ -51,21 +52,6 @@ TILE_T = 4
 
 
 @triton.jit
-def _split4(x):
-    """(R, 4) -> four (R,) columns."""
-    a, b = tl.split(tl.reshape(x, (x.shape[0], 2, 2)))
-    x0, x2 = tl.split(a)
-    x1, x3 = tl.split(b)
-    return x0, x1, x2, x3
-
-
-@triton.jit
-def _join4(x0, x1, x2, x3):
-    """Four (R,) columns -> (R, 4), inverse of ``_split4``."""
-    return tl.reshape(tl.join(tl.join(x0, x2), tl.join(x1, x3)), (x0.shape[0], 4))
-
-
-@triton.jit
 def _softplus(x):
     """softplus with F.softplus's threshold 20; log1p(e) = log(1 + e) * e / ((1 + e) - 1)."""
     e = tl.exp(tl.minimum(x, 20.0))
@@ -77,13 +63,6 @@ def _softplus(x):
 @triton.jit
 def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
-
-
-@triton.jit
-def _state_step(h, b_A2, dt, dtu, p_B, t, L, NP: tl.constexpr):
-    """h_t = exp2(dt A2) h_{t-1} + dt u B_t for all (d, n) of the program (no output)."""
-    b_B = tl.load(p_B + t * NP, mask=t < L, other=0.0)
-    return tl.exp2(dt[:, None, None] * b_A2) * h + dtu[:, None, None] * b_B
 
 
 # Warps (batch x channel blocks x segments) the launchers aim for before splitting L: 132
@@ -103,15 +82,6 @@ def segments(warps: int, n_chunks: int) -> tuple[int, int]:
 def pad_states(N: int) -> int:
     """Padded state count NP (a multiple of 4, power of two)."""
     return max(4, triton.next_power_of_2(N))
-
-
-def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
-    """A (dim, N) -> A * log2(e) as (NP // 4, dim, 4) fp32, zero-padded."""
-    dim, N = A.shape
-    a2 = A.to(torch.float32) * LOG2E
-    if NP != N:
-        a2 = torch.nn.functional.pad(a2, (0, NP - N))
-    return a2.reshape(dim, NP // 4, 4).permute(1, 0, 2).contiguous()
 
 
 def prep_A_t(A: torch.Tensor, NP: int) -> torch.Tensor:

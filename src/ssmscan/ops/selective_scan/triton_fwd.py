@@ -29,9 +29,27 @@ from ssmscan.ops.selective_scan.triton_common import (
 
 
 @triton.jit
-def _fwd_step(h, b_A2, u, delta, z, b_bias, b_D, p_B, p_C, row, m_d, t, t_end, SOFTPLUS: tl.constexpr,
-              NP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-              LOCAL: tl.constexpr):
+def _fwd_step(
+    h,
+    b_A2,
+    u,
+    delta,
+    z,
+    b_bias,
+    b_D,
+    p_B,
+    p_C,
+    row,
+    m_d,
+    t,
+    t_end,
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    LOCAL: tl.constexpr,
+):
     """One time step t for the program's channels: h_t, and (unless LOCAL) y_t stored to ``out``
     by the caller. Returns (h, dt_t, u_t, y_t)."""
     m = m_d & (t < t_end)
@@ -131,12 +149,33 @@ def _selective_scan_fwd_kernel(
             if t0 % CK == 0:
                 tl.store(p_ck + (t0 // CK) * (NP * dim), h, mask=m_d[:, None])
         for j in tl.static_range(4):  # unrolled: four steps' loads and exp2 in flight
-            h, b_dt, b_y = _fwd_step(h, b_A2, u, delta, z, b_bias, b_D, p_B, p_C, row, m_d, t0 + j, t_end,
-                                     SOFTPLUS, NP, HAS_D, HAS_Z, HAS_BIAS, LOCAL)
+            h, b_dt, b_y = _fwd_step(
+                h,
+                b_A2,
+                u,
+                delta,
+                z,
+                b_bias,
+                b_D,
+                p_B,
+                p_C,
+                row,
+                m_d,
+                t0 + j,
+                t_end,
+                SOFTPLUS,
+                NP,
+                HAS_D,
+                HAS_Z,
+                HAS_BIAS,
+                LOCAL,
+            )
             if LOCAL:
                 dt_sum += b_dt
             else:
-                tl.store(out + row + t0 + j, b_y.to(out.dtype.element_ty), mask=m_d & (t0 + j < t_end))
+                tl.store(
+                    out + row + t0 + j, b_y.to(out.dtype.element_ty), mask=m_d & (t0 + j < t_end)
+                )
     if LOCAL:
         tl.store(seg_state + (i_b * NSEG + i_s) * (NP * dim) + o_nd, h, mask=m_d[:, None])
         tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
@@ -173,7 +212,9 @@ def _selective_scan_fwd_carry_kernel(
     else:
         h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     for s in range(0, NSEG - 1):
-        b_loc = tl.load(seg_state + (i_b * NSEG + s) * (NP * dim) + o_nd, mask=m_d[:, None], other=0.0)
+        b_loc = tl.load(
+            seg_state + (i_b * NSEG + s) * (NP * dim) + o_nd, mask=m_d[:, None], other=0.0
+        )
         b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
         h = tl.exp2(b_sdt[:, None] * b_A2) * h + b_loc
         tl.store(p_ck + ((s + 1) * SEG) * (NP * dim), h, mask=m_d[:, None])
@@ -200,13 +241,18 @@ def launch(
         # no float64 Triton path: the float64 C kernel on host copies (correct, not fast)
         from ssmscan.ops.selective_scan import cpu  # noqa: F401  (registers the op)
 
-        host = [t.cpu() if t is not None else None for t in (u, delta, A, B, C, D, z, delta_bias, initial_state)]
+        host = [
+            t.cpu() if t is not None else None
+            for t in (u, delta, A, B, C, D, z, delta_bias, initial_state)
+        ]
         res = torch.ops.ssmscan.selective_scan_fwd_cpu(*host, delta_softplus)
         for dst, src in zip((out, last_state, checkpoints), res):
             dst.copy_(src)
         return
     if u.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}")
+        raise TypeError(
+            f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}"
+        )
     batch, dim, L = u.shape
     N = A.shape[1]
     NP = pad_states(N)
@@ -240,8 +286,14 @@ def launch(
         ckpt=ckt,
     )
     consts = dict(
-        SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN, BLOCK_D=block_d, HAS_D=D is not None,
-        HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None,
+        SOFTPLUS=delta_softplus,
+        NP=NP,
+        CK=CHECKPOINT_LEN,
+        BLOCK_D=block_d,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None,
+        HAS_INIT=initial_state is not None,
         num_warps=warps,
     )
     kernel = torch.library.wrap_triton(_selective_scan_fwd_kernel)
@@ -250,16 +302,45 @@ def launch(
         seg_state = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         kernel[(nblk, batch, nseg)](
-            **args, seg_state=seg_state, seg_dt=seg_dt, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg,
-            LOCAL=True, **consts,
+            **args,
+            seg_state=seg_state,
+            seg_dt=seg_dt,
+            dim=dim,
+            L=L,
+            N=N,
+            G=G,
+            NCK=NCK,
+            SEG=seg,
+            LOCAL=True,
+            **consts,
         )
         torch.library.wrap_triton(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
-            args["A2t"], init_t, seg_state, seg_dt, ckt, dim, NCK, nseg, seg,
-            NP=NP, BLOCK_D=block_d, HAS_INIT=initial_state is not None, num_warps=warps,
+            args["A2t"],
+            init_t,
+            seg_state,
+            seg_dt,
+            ckt,
+            dim,
+            NCK,
+            nseg,
+            seg,
+            NP=NP,
+            BLOCK_D=block_d,
+            HAS_INIT=initial_state is not None,
+            num_warps=warps,
         )
     kernel[(nblk, batch, nseg)](
-        **args, seg_state=None, seg_dt=None, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg,
-        LOCAL=False, **consts,
+        **args,
+        seg_state=None,
+        seg_dt=None,
+        dim=dim,
+        L=L,
+        N=N,
+        G=G,
+        NCK=NCK,
+        SEG=seg,
+        LOCAL=False,
+        **consts,
     )
     checkpoints.copy_(ckt[:, :, :N].permute(0, 3, 1, 2))
     last_state.copy_(ckt[:, -1, :N].transpose(1, 2))
