@@ -7,6 +7,7 @@ from ssmscan.ops.linear_scan.api import linear_scan
 from ssmscan.ops.linear_scan.reference import linear_scan_reference
 from ssmscan.ops.selective_scan.api import selective_scan
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
+from ssmscan.ops.selective_state_update.api import selective_state_update
 
 __version__ = "0.1.0"
 
@@ -16,4 +17,5 @@ __all__ = [
     "linear_scan_reference",
     "selective_scan",
     "selective_scan_reference",
+    "selective_state_update",
 ]

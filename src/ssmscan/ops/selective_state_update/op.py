@@ -11,13 +11,12 @@ No autograd: decoding is inference.
 from __future__ import annotations
 
 import torch
-from torch.library import triton_op
 
-from ssmscan._library import qualname
+from ssmscan._library import triton_backed_op
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
 
 
-@triton_op(qualname("selective_state_update"), mutates_args=())
+@triton_backed_op("selective_state_update")
 def selective_state_update_op(
     state: torch.Tensor,
     x: torch.Tensor,

@@ -1,4 +1,4 @@
-"""Run the Triton kernels of this folder under Triton's CPU interpreter when no GPU is present.
+"""Run the Triton kernels under Triton's CPU interpreter when no GPU is present (all test folders).
 
 TRITON_INTERPRET must be set before a ``@triton.jit`` function is defined (decoration time), so
 it is set here, at collection, before the test modules import the kernel modules. On a machine
