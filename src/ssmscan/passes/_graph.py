@@ -103,8 +103,8 @@ def splice(
     assert users is not None
     env: dict[fx.Node, fx.Node] = {}
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
-    for p, i in zip(placeholders, inputs, strict=True):
-        env[p] = i
+    for p, inp in zip(placeholders, inputs, strict=True):
+        env[p] = inp
     outs: Any = None
     with gm.graph.inserting_before(node):
         for n in traced.graph.nodes:

@@ -100,7 +100,7 @@ def read_polynomial(gm: fx.GraphModule, watched: set[int]) -> SymbolicGraph | No
         if t in _TRANSPARENT:
             expr = args[0]
         elif t in (aten.mul.Tensor, aten.mul.Scalar, operator.mul):
-            expr = None if None in args[:2] else args[0] * args[1]
+            expr = None if args[0] is None or args[1] is None else args[0] * args[1]
         elif t in (aten.add.Tensor, aten.add.Scalar, operator.add):
             alpha = _scalar(kw.get("alpha", 1))
             expr = None if None in args[:2] or alpha is None else args[0] + alpha * args[1]
@@ -124,10 +124,7 @@ def read_polynomial(gm: fx.GraphModule, watched: set[int]) -> SymbolicGraph | No
             if not is_pointwise(node):
                 return None
             deps = [a for a in node.all_input_nodes]
-            if any(
-                env.get(d) is None or env[d].free_symbols & watched_syms  # type: ignore[union-attr]
-                for d in deps
-            ):
+            if any(env.get(d) is None or env[d].free_symbols & watched_syms for d in deps):
                 return None
             s = sympy.Symbol(f"o{len(opaque)}")
             opaque[s] = node

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -84,12 +85,14 @@ def _plan(
     if len(node.args) != 3 or node.kwargs:
         return left(f"unexpected signature {len(node.args)} args, kwargs {sorted(node.kwargs)}")
     combine_node, xs, extras = node.args
-    combine = G.submodule(gm, combine_node)  # type: ignore[arg-type]
+    combine = G.submodule(gm, combine_node) if isinstance(combine_node, fx.Node) else None
     if combine is None:
         return left("combine function is not a graph module attribute")
-    xs, extras = list(xs), list(extras)  # type: ignore[arg-type, call-overload]
+    xs = list(cast(Sequence[fx.node.Argument], xs))
+    extras = list(cast(Sequence[fx.node.Argument], extras))
     if not all(isinstance(x, fx.Node) and "val" in x.meta for x in xs + extras):
         return left("inputs carry no fake values (node.meta['val']); trace with torch.export")
+    inputs = cast(list[fx.Node], xs + extras)  # all checked to be nodes just above
     if G.output_users(node, len(xs)) is None:
         return left("outputs are used other than through getitem")
     for n in combine.graph.nodes:
@@ -98,7 +101,7 @@ def _plan(
         if n.op == "call_function" and not is_pointwise(n):
             return left(f"combine is not pointwise: {n.target} is not elementwise")
     k = len(xs)
-    vals = [x.meta["val"] for x in xs]
+    vals = [x.meta["val"] for x in inputs[:k]]
     length = vals[0].shape[0]
     note = ""
     static_len: int
@@ -112,7 +115,7 @@ def _plan(
             return left(f"dynamic length {length} bounded by {bound} > max_padded_length={max_len}")
         static_len = bound
         note = f"; dynamic length {length} padded to its bound {bound}"
-    algo = choose_algorithm(static_len, algorithm)
+    algo = cast(Algorithm, choose_algorithm(static_len, algorithm))  # always one of ALGORITHMS
     ia = _affine_index(combine, k)
     users = G.output_users(node, k)
     assert users is not None
@@ -141,7 +144,7 @@ def _plan(
             out.append(y if y.dtype == dtype else y.to(dtype))
         return out
 
-    return _Plan(G.Decision(node.name, OP_NAME, True, algo, reason), fn, tuple(xs + extras))
+    return _Plan(G.Decision(node.name, OP_NAME, True, algo, reason), fn, tuple(inputs))
 
 
 def _upper_bound(length: torch.SymInt) -> int | None:
@@ -169,7 +172,7 @@ def _affine_index(combine: fx.GraphModule, k: int) -> int | None:
     return None
 
 
-def _affine_body(ia: int, k: int, read: list[bool], algo: str, chunk_size: int) -> Any:
+def _affine_body(ia: int, k: int, read: list[bool], algo: Algorithm, chunk_size: int) -> Any:
     def body(leaves: list[torch.Tensor], _extras: list[torch.Tensor]) -> list[torch.Tensor | None]:
         a = leaves[ia]
         ys: list[torch.Tensor | None] = [None] * k
@@ -178,20 +181,20 @@ def _affine_body(ia: int, k: int, read: list[bool], algo: str, chunk_size: int) 
             if j == bs[0] and read[ia]:
                 ys[ia], ys[j] = affine_scan(
                     a, leaves[j], 0, algorithm=algo, chunk_size=chunk_size, return_a=True
-                )  # type: ignore[arg-type]
+                )
             elif read[j]:
-                ys[j] = affine_scan(a, leaves[j], 0, algorithm=algo, chunk_size=chunk_size)  # type: ignore[arg-type]
+                ys[j] = affine_scan(a, leaves[j], 0, algorithm=algo, chunk_size=chunk_size)
         return ys
 
     return body
 
 
-def _generic_body(combine: fx.GraphModule, k: int, algo: str, chunk_size: int) -> Any:
+def _generic_body(combine: fx.GraphModule, k: int, algo: Algorithm, chunk_size: int) -> Any:
     def body(leaves: list[torch.Tensor], extras: list[torch.Tensor]) -> list[torch.Tensor]:
         def step(lhs: list[torch.Tensor], rhs: list[torch.Tensor]) -> list[torch.Tensor]:
             out = fx.Interpreter(combine).run(*lhs, *rhs, *extras)
             return list(out) if isinstance(out, (list, tuple)) else [out]
 
-        return scan_leaves(step, leaves, 0, False, algo, chunk_size)  # type: ignore[arg-type]
+        return scan_leaves(step, leaves, 0, False, algo, chunk_size)
 
     return body

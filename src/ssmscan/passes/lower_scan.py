@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import sympy
 import torch
@@ -65,17 +66,20 @@ def _plan(gm: fx.GraphModule, node: fx.Node, algorithm: Algorithm, chunk_size: i
     if len(node.args) != 4 or node.kwargs:
         return left("unexpected signature")
     combine_node, init, xs, extras = node.args
-    combine = G.submodule(gm, combine_node)  # type: ignore[arg-type]
+    combine = G.submodule(gm, combine_node) if isinstance(combine_node, fx.Node) else None
     if combine is None:
         return left("combine function is not a graph module attribute")
-    init, xs, extras = list(init), list(xs), list(extras)  # type: ignore[call-overload]
+    init = list(cast(Sequence[fx.node.Argument], init))
+    xs = list(cast(Sequence[fx.node.Argument], xs))
+    extras = list(cast(Sequence[fx.node.Argument], extras))
     if len(init) != 1:
         return left(f"{len(init)} carries; only a single affine carry is lowered")
     if not xs:
         return left("nothing is scanned over")
     if not all(isinstance(n, fx.Node) and "val" in n.meta for n in init + xs + extras):
         return left("inputs carry no fake values (node.meta['val'])")
-    length = xs[0].meta["val"].shape[0]
+    inputs = cast(list[fx.Node], init + xs + extras)  # all checked to be nodes just above
+    length = inputs[len(init)].meta["val"].shape[0]
     if not isinstance(length, int):
         return left(f"dynamic length {length}: the parallel form needs a static length")
     n_out = len(node.meta["val"])
@@ -102,7 +106,7 @@ def _plan(gm: fx.GraphModule, node: fx.Node, algorithm: Algorithm, chunk_size: i
             kinds.append("old")
         else:
             return left("a per-step output is neither the new nor the previous carry")
-    algo = choose_algorithm(length, algorithm)
+    algo = cast(Algorithm, choose_algorithm(length, algorithm))  # always one of ALGORITHMS
     k = len(xs)
 
     def fn(h0: torch.Tensor, *args: torch.Tensor) -> list[torch.Tensor]:
@@ -110,7 +114,7 @@ def _plan(gm: fx.GraphModule, node: fx.Node, algorithm: Algorithm, chunk_size: i
         env = _bind(combine, sym, list(args), k)
         a = _broadcast(_to_torch(p_expr, env), full, h0.dtype)
         b = _broadcast(_to_torch(q_expr, env), full, h0.dtype)
-        states = affine_scan(a, b, 0, initial=h0, algorithm=algo, chunk_size=chunk_size)  # type: ignore[arg-type]
+        states = affine_scan(a, b, 0, initial=h0, algorithm=algo, chunk_size=chunk_size)
         outs = [torch.ops.aten.select.int(states, 0, length - 1)]
         for kind in kinds:
             if kind == "new":
@@ -123,7 +127,7 @@ def _plan(gm: fx.GraphModule, node: fx.Node, algorithm: Algorithm, chunk_size: i
         return outs
 
     reason = f"affine carry update h' = P*h + Q as the affine {algo} scan"
-    return G.Decision(node.name, OP_NAME, True, algo, reason), fn, tuple(init + xs + extras)
+    return G.Decision(node.name, OP_NAME, True, algo, reason), fn, tuple(inputs)
 
 
 def _bind(
@@ -142,7 +146,7 @@ def _bind(
                 continue
             fargs = fx.node.map_arg(n.args, lambda x: values[x])
             fkwargs = fx.node.map_arg(n.kwargs, lambda x: values[x])
-            values[n] = n.target(*fargs, **fkwargs)  # type: ignore[operator]
+            values[n] = n.target(*fargs, **fkwargs)
         for s, n in sym.opaque.items():
             env[s] = values[n]
     return env

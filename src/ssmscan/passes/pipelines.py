@@ -19,7 +19,8 @@ LOOP_BACKEND_PIPELINE: tuple[Pass, ...] = (lower_associative_scan,)
 
 def run_pipeline(program: Any, pipeline: tuple[Pass, ...]) -> G.PassResult:
     """Run each pass in order; changed if any pass changed the graph; decisions concatenated."""
-    changed, decisions = False, []
+    changed = False
+    decisions: list[G.Decision] = []
     for p in pipeline:
         r = p(program)
         changed |= r.changed

@@ -688,8 +688,10 @@ def launch(
         red = part.reshape(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
         grad.copy_(red.reshape(grad.shape))
     if dD is not None:
+        assert dDp is not None  # both are allocated iff D is given
         dD.copy_(dDp.sum((0, 1)))
     if dbias is not None:
+        assert dbp is not None  # both are allocated iff delta_bias is given
         dbias.copy_(dbp.sum((0, 1)))
     if dinit_out is not None:
         dinit_out.copy_(dinit[:, :N].transpose(1, 2))
