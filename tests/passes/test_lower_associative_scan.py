@@ -1,4 +1,5 @@
 import io
+import logging
 
 import pytest
 import torch
@@ -250,7 +251,11 @@ def test_graph_module_input_and_meta_vals():
 
 
 @pytest.mark.parametrize("kind", ["fake_cuda", "direct"])
-def test_reexport_validate_save_load(kind):
+def test_reexport_validate_save_load(kind, caplog):
+    # torch 2.13's serializer logs a malformed WARNING (a "%s" without its argument) when loading a
+    # program holding fake CUDA tensors falls back to weights_only=False; pytest fails a test on a
+    # log record that cannot be formatted, so that one logger is kept below WARNING here.
+    caplog.set_level(logging.ERROR, logger="torch._export.serde.serialize")
     xs = _affine_inputs(1000, 1, seed=3)
     ep = export(kind, affine, xs, dim=1, reverse=True)
     lower_associative_scan(ep)
