@@ -4,9 +4,9 @@ import logging
 import pytest
 import torch
 from hop_graphs import assert_plain, call_targets, export, run
-from pass_oracle import affine, sequential_scan
 
 from ssmscan.passes import check_tensorrt_ready, explain, lower_associative_scan
+from ssmscan.testing.scan_oracle import affine, sequential_scan
 
 LENGTHS = [1, 2, 3, 7, 64, 100, 1000, pytest.param(4097, marks=pytest.mark.slow)]
 

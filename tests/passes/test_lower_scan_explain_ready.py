@@ -1,7 +1,6 @@
 import pytest
 import torch
 from hop_graphs import assert_plain, export
-from pass_oracle import affine
 from torch._higher_order_ops.scan import scan
 
 from ssmscan.passes import (
@@ -12,6 +11,7 @@ from ssmscan.passes import (
     run_pipeline,
     tensorrt_op_set,
 )
+from ssmscan.testing.scan_oracle import affine
 
 
 def _mamba_step(h, x):

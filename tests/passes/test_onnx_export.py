@@ -1,9 +1,9 @@
 import pytest
 import torch
 from hop_graphs import export
-from pass_oracle import affine
 
 from ssmscan.passes import lower_associative_scan
+from ssmscan.testing.scan_oracle import affine
 
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 pytest.importorskip("onnxscript", reason="the onnx extra is not installed")

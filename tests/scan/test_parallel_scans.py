@@ -1,9 +1,9 @@
 import pytest
 import torch
-from scan_oracle import affine, sequential_scan
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ssmscan.scan import ALGORITHMS, affine_scan, associative_scan, choose_algorithm
+from ssmscan.testing.scan_oracle import affine, sequential_scan
 
 LENGTHS = [1, 2, 3, 7, 63, 64, 100, 1000, 4097]
 DIMS = [0, 1, -1]

@@ -1,4 +1,5 @@
-"""Float64 sequential scans: the oracle for the parallel ones."""
+"""Float64 sequential scans over any combine: the oracle for the parallel scans and the lowering
+passes (used by tests/scan and tests/passes)."""
 
 from __future__ import annotations
 
