@@ -22,19 +22,28 @@ class ScanBlock(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.full((dim,), -4.0))
 
     def forward(self, u, delta, B, C, z):
-        out, last, _ = torch.ops.ssmscan.selective_scan_fwd(u, delta, self.A, B, C, self.D, z, self.bias, None, True)
+        out, last, _ = torch.ops.ssmscan.selective_scan_fwd(
+            u, delta, self.A, B, C, self.D, z, self.bias, None, True
+        )
         return out * 2.0, last
 
 
 def inputs(dim=64, L=300, N=16, batch=2):
     g = torch.Generator().manual_seed(1)
     r = lambda *s: torch.randn(*s, generator=g).cuda()  # noqa: E731
-    return (r(batch, dim, L), r(batch, dim, L) * 0.5, r(batch, N, L), r(batch, N, L), r(batch, dim, L))
+    return (
+        r(batch, dim, L),
+        r(batch, dim, L) * 0.5,
+        r(batch, N, L),
+        r(batch, N, L),
+        r(batch, dim, L),
+    )
 
 
 def main():
     mode, path = sys.argv[1], sys.argv[2]
     import ssmscan  # noqa: F401
+
     torch.manual_seed(0)
     model = ScanBlock(64, 16).cuda()
     args = inputs()
@@ -44,7 +53,9 @@ def main():
         ep = torch.export.export(model, args)
         nodes = [n.target for n in ep.graph.nodes if n.op == "call_function"]
         print("exported nodes:", nodes)
-        pkg = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(path, "scan.pt2"))
+        pkg = torch._inductor.aoti_compile_and_package(
+            ep, package_path=os.path.join(path, "scan.pt2")
+        )
         torch.save([r.cpu() for r in ref], os.path.join(path, "ref.pt"))
         print("packaged", pkg)
     else:

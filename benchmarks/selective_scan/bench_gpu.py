@@ -24,6 +24,7 @@ import triton
 from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
+from ssmscan.testing import tolerance
 
 BW, EXP_RATE = 4.2e12, 4.0e12
 SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
@@ -48,9 +49,14 @@ def make(batch, dim, L, N, dtype, seed=0):
     inv = lambda y: y + torch.log(-torch.expm1(-y))  # noqa: E731
     bias = inv(bias_dt)
     return dict(
-        u=r(batch, dim, L), delta=(inv(dt) - bias[:, None]).to(dtype),
-        A=-torch.exp(0.5 * r(dim, N, dt=torch.float32)), B=r(batch, N, L), C=r(batch, N, L),
-        D=r(dim, dt=torch.float32), z=r(batch, dim, L), delta_bias=bias,
+        u=r(batch, dim, L),
+        delta=(inv(dt) - bias[:, None]).to(dtype),
+        A=-torch.exp(0.5 * r(dim, N, dt=torch.float32)),
+        B=r(batch, N, L),
+        C=r(batch, N, L),
+        D=r(dim, dt=torch.float32),
+        z=r(batch, dim, L),
+        delta_bias=bias,
     )
 
 
@@ -61,14 +67,36 @@ def rel(x, r):
 
 def ours_fwd(kw):
     return torch.ops.ssmscan.selective_scan_fwd(
-        kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"], kw["delta_bias"], None, True)
+        kw["u"],
+        kw["delta"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        kw["D"],
+        kw["z"],
+        kw["delta_bias"],
+        None,
+        True,
+    )
 
 
 def ours_fwd_bwd(kw, dout):
-    out, last, ck = ours_fwd(kw)
+    _out, _last, ck = ours_fwd(kw)
     return torch.ops.ssmscan.selective_scan_bwd(
-        dout, None, kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"],
-        kw["delta_bias"], None, ck, True)
+        dout,
+        None,
+        kw["u"],
+        kw["delta"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        kw["D"],
+        kw["z"],
+        kw["delta_bias"],
+        None,
+        ck,
+        True,
+    )
 
 
 def mamba_fwd(mb, kw):
@@ -78,9 +106,25 @@ def mamba_fwd(mb, kw):
 
 def mamba_fwd_bwd(mb, kw, dout):
     B4, C4 = kw["B"].unsqueeze(1), kw["C"].unsqueeze(1)
-    out, x, out_z = mb.fwd(kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], True)
-    return mb.bwd(kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], dout, x,
-                  out, None, True, False)
+    out, x, _out_z = mb.fwd(
+        kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], True
+    )
+    return mb.bwd(
+        kw["u"],
+        kw["delta"],
+        kw["A"],
+        B4,
+        C4,
+        kw["D"],
+        kw["z"],
+        kw["delta_bias"],
+        dout,
+        x,
+        out,
+        None,
+        True,
+        False,
+    )
 
 
 def references(kw, dout, mb):
@@ -91,10 +135,24 @@ def references(kw, dout, mb):
     Lp = min(kw["u"].shape[2], 4096)
     for k in ("u", "delta", "z"):
         sl[k] = kw[k][:1, :nd, :Lp].double()
-    sl["A"], sl["D"], sl["delta_bias"] = kw["A"][:nd].double(), kw["D"][:nd].double(), kw["delta_bias"][:nd].double()
+    sl["A"], sl["D"], sl["delta_bias"] = (
+        kw["A"][:nd].double(),
+        kw["D"][:nd].double(),
+        kw["delta_bias"][:nd].double(),
+    )
     sl["B"], sl["C"] = kw["B"][:1, :, :Lp].double(), kw["C"][:1, :, :Lp].double()
-    r_out, r_last = selective_scan_reference(sl["u"], sl["delta"], sl["A"], sl["B"], sl["C"], sl["D"], sl["z"],
-                                             sl["delta_bias"], True, True)
+    r_out, r_last = selective_scan_reference(
+        sl["u"],
+        sl["delta"],
+        sl["A"],
+        sl["B"],
+        sl["C"],
+        sl["D"],
+        sl["z"],
+        sl["delta_bias"],
+        True,
+        True,
+    )
     if mb is None:
         return nd, r_out, r_last, None, None
     return nd, r_out, r_last, mamba_fwd(mb, kw)[2], mamba_fwd_bwd(mb, kw, dout)
@@ -127,7 +185,9 @@ def floors(batch, dim, L, N, dtype):
     exps = batch * dim * L * N
     bdl, bnl = batch * dim * L * el, batch * N * L * el
     fwd_bytes = 4 * bdl + 2 * bnl  # u, delta, z in; out
-    fb_bytes = fwd_bytes + 7 * bdl + 4 * bnl  # + dout, u, delta, z in; du, ddelta, dz out; B, C in, dB, dC out
+    fb_bytes = (
+        fwd_bytes + 7 * bdl + 4 * bnl
+    )  # + dout, u, delta, z in; du, ddelta, dz out; B, C in, dB, dC out
     return max(fwd_bytes / BW, exps / EXP_RATE), max(fb_bytes / BW, 2 * exps / EXP_RATE)
 
 
@@ -135,7 +195,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench_gpu.json")
     ap.add_argument("--ck", default="256", help="checkpoint lengths to time")
-    ap.add_argument("--targets", default="0,2112,8448", help="TARGET_WARPS values to time (0: no L split)")
+    ap.add_argument(
+        "--targets", default="0,2112,8448", help="TARGET_WARPS values to time (0: no L split)"
+    )
     ap.add_argument("--shapes", default=None, help="e.g. 8x4096x2048x16,1x1024x65536x16")
     ap.add_argument("--tol-fwd", type=float, default=None)
     args = ap.parse_args()
@@ -144,51 +206,93 @@ def main():
     except ImportError:
         mb = None
         print("mamba-ssm's selective_scan_cuda not importable: timing ours only", flush=True)
-    tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+    tol = {dt: tolerance(dt) for dt in (torch.float32, torch.bfloat16)}  # the one table
     rows = []
-    shapes_ = SHAPES if args.shapes is None else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
-    variants = [(ck, tw) for ck in [int(c) for c in args.ck.split(",")] for tw in [int(t) for t in args.targets.split(",")]]
-    for (batch, dim, L, N) in shapes_:
+    shapes_ = (
+        SHAPES
+        if args.shapes is None
+        else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
+    )
+    variants = [
+        (ck, tw)
+        for ck in [int(c) for c in args.ck.split(",")]
+        for tw in [int(t) for t in args.targets.split(",")]
+    ]
+    for batch, dim, L, N in shapes_:
         for dtype in (torch.float32, torch.bfloat16):
             kw = make(batch, dim, L, N, dtype)
             dout = torch.randn(batch, dim, L, device="cuda").to(dtype)
             f_floor, fb_floor = floors(batch, dim, L, N, dtype)
-            row = dict(shape=[batch, dim, L, N], dtype=str(dtype).split(".")[-1], floor_fwd_ms=f_floor * 1e3,
-                       floor_fb_ms=fb_floor * 1e3)
+            row = dict(
+                shape=[batch, dim, L, N],
+                dtype=str(dtype).split(".")[-1],
+                floor_fwd_ms=f_floor * 1e3,
+                floor_fb_ms=fb_floor * 1e3,
+            )
             if mb is not None:
-                row["mamba_fwd_ms"] = triton.testing.do_bench(lambda: mamba_fwd(mb, kw), return_mode="median", warmup=10, rep=60)
-                row["mamba_fb_ms"] = triton.testing.do_bench(lambda: mamba_fwd_bwd(mb, kw, dout), return_mode="median", warmup=10, rep=60)
+                row["mamba_fwd_ms"] = triton.testing.do_bench(
+                    lambda kw=kw: mamba_fwd(mb, kw), return_mode="median", warmup=10, rep=60
+                )
+                row["mamba_fb_ms"] = triton.testing.do_bench(
+                    lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout),
+                    return_mode="median",
+                    warmup=10,
+                    rep=60,
+                )
             refs = references(kw, dout, mb)
             for ck, tw in variants:
                 set_checkpoint_len(ck)
                 set_target_warps(tw)
                 ck = f"{ck}w{tw}"
                 errs = check(kw, dout, refs)
-                ok = errs["out"] <= tol[dtype] and errs["last"] <= tol[dtype] and all(
-                    v <= 10 * tol[dtype] for k, v in errs.items() if k.endswith("_vs_mamba"))
+                ok = (
+                    errs["out"] <= tol[dtype]
+                    and errs["last"] <= tol[dtype]
+                    and all(
+                        v <= 10 * tol[dtype] for k, v in errs.items() if k.endswith("_vs_mamba")
+                    )
+                )
                 row[f"ck{ck}_errors"] = errs
                 row[f"ck{ck}_ok"] = ok
                 if not ok:
-                    print("FAILED CHECK, not timed:", row["shape"], row["dtype"], ck, errs, flush=True)
+                    print(
+                        "FAILED CHECK, not timed:", row["shape"], row["dtype"], ck, errs, flush=True
+                    )
                     continue
-                row[f"ck{ck}_fwd_ms"] = triton.testing.do_bench(lambda: ours_fwd(kw), return_mode="median", warmup=10, rep=60)
-                row[f"ck{ck}_fb_ms"] = triton.testing.do_bench(lambda: ours_fwd_bwd(kw, dout), return_mode="median", warmup=10, rep=60)
+                row[f"ck{ck}_fwd_ms"] = triton.testing.do_bench(
+                    lambda kw=kw: ours_fwd(kw), return_mode="median", warmup=10, rep=60
+                )
+                row[f"ck{ck}_fb_ms"] = triton.testing.do_bench(
+                    lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout),
+                    return_mode="median",
+                    warmup=10,
+                    rep=60,
+                )
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs
             torch.cuda.empty_cache()
-    meta = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(), torch=torch.__version__,
-                triton=triton.__version__, python=sys.version.split()[0])
+    meta = dict(
+        date=time.strftime("%Y-%m-%d"),
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        python=sys.version.split()[0],
+    )
     json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
-    print("\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |")
+    print(
+        "\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |"
+    )
     for r in rows:
         for ck in [f"{c}w{t}" for c, t in variants]:
             if f"ck{ck}_fwd_ms" not in r:
                 continue
             mf, mfb = r.get("mamba_fwd_ms", float("nan")), r.get("mamba_fb_ms", float("nan"))
             of, ofb = r[f"ck{ck}_fwd_ms"], r[f"ck{ck}_fb_ms"]
-            print(f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
-                  f"{r['floor_fwd_ms'] / of:.2f} | {mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} | {r['floor_fb_ms'] / ofb:.2f} |")
+            print(
+                f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
+                f"{r['floor_fwd_ms'] / of:.2f} | {mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} | {r['floor_fb_ms'] / ofb:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ pytest.importorskip("triton")
 
 
 @pytest.mark.triton
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
+)
 @pytest.mark.parametrize("L,M", [(1, 3), (7, 5), (63, 130), (300, 2)], ids=lambda v: str(v))
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
 @pytest.mark.parametrize("with_init", [False, True], ids=["zero", "init"])
@@ -25,13 +28,17 @@ def test_linear_scan_interpreter(L, M, reverse, with_init):
     init = torch.randn(M, dtype=torch.float64).float() if with_init else None
     out = torch.full((L, M), float("nan"))
     triton_fwd.launch(a, b, init, out, reverse)
-    ref = linear_scan_reference(a.double(), b.double(), 0, reverse, init.double() if with_init else None)
+    ref = linear_scan_reference(
+        a.double(), b.double(), 0, reverse, init.double() if with_init else None
+    )
     assert_close_to_reference("h", out, ref, torch.float32)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"]
+)
 @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
 def test_linear_scan_op_gpu(dtype, reverse):
     import ssmscan

@@ -16,18 +16,35 @@ from ssmscan.testing import assert_close_to_reference, make_selective_scan_input
 
 
 def _step_inputs(batch, dim, N, groups, dtype, device, seed=0):
-    kw = make_selective_scan_inputs(batch, dim, 1, N, groups=groups, dtype=dtype, device=device,
-                                    has_initial_state=True, seed=seed)
+    kw = make_selective_scan_inputs(
+        batch,
+        dim,
+        1,
+        N,
+        groups=groups,
+        dtype=dtype,
+        device=device,
+        has_initial_state=True,
+        seed=seed,
+    )
     return dict(
-        state=kw["initial_state"], x=kw["u"][..., 0], dt=kw["delta"][..., 0], A=kw["A"],
-        B=kw["B"][..., 0], C=kw["C"][..., 0], D=kw["D"], z=kw["z"][..., 0],
-        dt_bias=kw["delta_bias"], dt_softplus=True,
+        state=kw["initial_state"],
+        x=kw["u"][..., 0],
+        dt=kw["delta"][..., 0],
+        A=kw["A"],
+        B=kw["B"][..., 0],
+        C=kw["C"][..., 0],
+        D=kw["D"],
+        z=kw["z"][..., 0],
+        dt_bias=kw["delta_bias"],
+        dt_softplus=True,
     ), kw
 
 
 def _ref64(s):
     return selective_state_update_reference(
-        **{k: (v.double() if isinstance(v, torch.Tensor) else v) for k, v in s.items()})
+        **{k: (v.double() if isinstance(v, torch.Tensor) else v) for k, v in s.items()}
+    )
 
 
 CASES = [
@@ -41,8 +58,18 @@ def test_reference_matches_one_scan_step():
     s, kw = _step_inputs(2, 5, 4, None, torch.float64, "cpu")
     out, h = _ref64(s)
     r_out, r_h = selective_scan_reference(
-        kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"], kw["delta_bias"], True,
-        True, kw["initial_state"])
+        kw["u"],
+        kw["delta"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        kw["D"],
+        kw["z"],
+        kw["delta_bias"],
+        True,
+        True,
+        kw["initial_state"],
+    )
     torch.testing.assert_close(out, r_out[..., 0])
     torch.testing.assert_close(h, r_h)
 
@@ -76,12 +103,18 @@ def test_cpu_compile_fullgraph(dynamic):
 def test_opcheck_cpu():
     s, _ = _step_inputs(2, 8, 4, 2, torch.float32, "cpu")
     args = [s[k] for k in ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus")]
-    torch.library.opcheck(torch.ops.ssmscan.selective_state_update.default, args,
-                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(
+        torch.ops.ssmscan.selective_state_update.default,
+        args,
+        test_utils=("test_schema", "test_faketensor"),
+    )
 
 
 @pytest.mark.triton
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
+)
 @pytest.mark.parametrize("batch,dim,N,groups", CASES)
 def test_triton_interpreter(batch, dim, N, groups):
     from ssmscan.ops.selective_state_update import triton_fwd
@@ -90,7 +123,11 @@ def test_triton_interpreter(batch, dim, N, groups):
     r_out, r_h = _ref64(s)
     out = torch.full_like(s["x"], float("nan"))
     new = torch.full_like(s["state"], float("nan"))
-    triton_fwd.launch(*[s[k] for k in ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus")], out, new)
+    triton_fwd.launch(
+        *[s[k] for k in ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus")],
+        out,
+        new,
+    )
     assert_close_to_reference("out", out, r_out, torch.float32)
     assert_close_to_reference("state", new, r_h, torch.float32)
 

@@ -51,7 +51,9 @@ def selective_state_update(
             f"{tuple(state.shape)}, x {tuple(x.shape)}, dt {tuple(dt.shape)}"
         )
     if B.shape != C.shape or B.dim() not in (2, 3):
-        raise ValueError(f"B and C must both be (batch, N) or (batch, G, N); got {tuple(B.shape)}, {tuple(C.shape)}")
+        raise ValueError(
+            f"B and C must both be (batch, N) or (batch, G, N); got {tuple(B.shape)}, {tuple(C.shape)}"
+        )
     out, new_state = torch.ops.ssmscan.selective_state_update(
         state, x, dt, A, B, C, D, z, dt_bias, dt_softplus
     )
