@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.triton_launch import launcher
+
 
 @triton.jit
 def _linear_scan_fwd_kernel(
@@ -59,7 +61,7 @@ def launch(
         return
     block_m = 1024 if M >= 1024 * 264 else 256 if M >= 256 * 132 else 128
     grid = (triton.cdiv(M, block_m),)
-    torch.library.wrap_triton(_linear_scan_fwd_kernel)[grid](
+    launcher(_linear_scan_fwd_kernel)[grid](
         a.contiguous(),
         b.contiguous(),
         initial.contiguous() if initial is not None else None,

@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
@@ -601,7 +602,7 @@ def launch(
         seg_loc = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         seg_adj = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
-        torch.library.wrap_triton(_selective_scan_bwd_local_kernel)[(nblk, batch, nseg)](
+        launcher(_selective_scan_bwd_local_kernel)[(nblk, batch, nseg)](
             dout_c,
             delta_c,
             A2t,
@@ -623,7 +624,7 @@ def launch(
             HAS_BIAS=delta_bias is not None,
             num_warps=warps,
         )
-        torch.library.wrap_triton(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
+        launcher(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
             A2t,
             dlast_t,
             seg_loc,
@@ -643,7 +644,7 @@ def launch(
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, NP, dim), dtype=f32, device=dev)
-    torch.library.wrap_triton(_selective_scan_bwd_kernel)[(nblk, batch, nseg)](
+    launcher(_selective_scan_bwd_kernel)[(nblk, batch, nseg)](
         dout_c,
         dlast_t,
         u.contiguous(),

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
@@ -296,7 +297,7 @@ def launch(
         HAS_INIT=initial_state is not None,
         num_warps=warps,
     )
-    kernel = torch.library.wrap_triton(_selective_scan_fwd_kernel)
+    kernel = launcher(_selective_scan_fwd_kernel)
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
         seg_state = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
@@ -314,7 +315,7 @@ def launch(
             LOCAL=True,
             **consts,
         )
-        torch.library.wrap_triton(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
+        launcher(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
             args["A2t"],
             init_t,
             seg_state,

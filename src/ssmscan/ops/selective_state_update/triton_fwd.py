@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.triton_launch import launcher
+
 
 @triton.jit
 def _selective_state_update_fwd_kernel(
@@ -92,7 +94,7 @@ def launch(
     block_d = max(1, min(128, 2048 // NP, triton.next_power_of_2(dim)))
     grid = (triton.cdiv(dim, block_d), batch)
     f32 = torch.float32
-    torch.library.wrap_triton(_selective_state_update_fwd_kernel)[grid](
+    launcher(_selective_state_update_fwd_kernel)[grid](
         state.contiguous(),
         x.contiguous(),
         dt.contiguous(),
