@@ -64,7 +64,7 @@ def main():
             print(f"| {name} | - | refused (err {err:.1e}) | |")
             continue
         modes = {"eager": fn}
-        if args.compile:
+        if args.compile and name != "loop":  # inductor would unroll L steps: minutes of compile
             modes["inductor"] = torch.compile(fn)
         for mode, f in modes.items():
             ms = timeit(lambda f=f: f(a, b), args.device, args.reps)
