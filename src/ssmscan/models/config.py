@@ -1,0 +1,132 @@
+"""``MambaConfig``: the hyper-parameters of a Mamba-1 language model, with named presets."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+# Sizes of the released state-spaces/mamba checkpoints (vocab: the GPT-NeoX tokenizer), plus "tiny",
+# the embedded default: small enough that a CPU forward at L=1024 takes a few milliseconds.
+_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {"d_model": 64, "n_layer": 2, "vocab_size": 256},
+    "small": {"d_model": 256, "n_layer": 4, "vocab_size": 1024},
+    "130m": {"d_model": 768, "n_layer": 24, "vocab_size": 50277},
+    "370m": {"d_model": 1024, "n_layer": 48, "vocab_size": 50277},
+    "790m": {"d_model": 1536, "n_layer": 48, "vocab_size": 50277},
+    "1.4b": {"d_model": 2048, "n_layer": 48, "vocab_size": 50277},
+    "2.8b": {"d_model": 2560, "n_layer": 64, "vocab_size": 50277},
+}
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """Hyper-parameters of a Mamba-1 language model (mamba-ssm's ``MambaConfig`` + ``Mamba``).
+
+    Args:
+        d_model: width of the residual stream.
+        n_layer: number of residual Mamba blocks.
+        vocab_size: number of tokens; the embedding is padded up to a multiple of
+            ``pad_vocab_size_multiple`` (logits are returned for the first ``vocab_size`` only).
+        d_state: SSM state size N per channel.
+        d_conv: width of the causal depthwise convolution.
+        expand: ``d_inner = expand * d_model``.
+        dt_rank: rank of the delta projection; ``"auto"`` is ``ceil(d_model / 16)``.
+        dt_min, dt_max: range of the initial step sizes (log-uniform).
+        dt_init: ``"random"`` (uniform dt_proj weight) or ``"constant"``.
+        dt_scale: scale of the dt_proj weight init.
+        dt_init_floor: lower clamp of the initial step sizes.
+        conv_bias: bias in the depthwise convolution.
+        bias: bias in the in/out projections.
+        rms_norm_eps: epsilon of every RMSNorm.
+        pad_vocab_size_multiple: embedding rows are padded to a multiple of this.
+        tie_embeddings: the output head shares the embedding's weight.
+        residual_in_fp32: keep the residual stream in float32 (matters for 16-bit models).
+        seed: seed of the initialisation (``MambaLM.from_config`` is deterministic).
+
+    Example:
+        >>> from ssmscan.models import MambaConfig
+        >>> cfg = MambaConfig.preset("tiny")
+        >>> cfg.d_inner, cfg.resolved_dt_rank, cfg.padded_vocab_size
+        (128, 4, 256)
+        >>> import dataclasses
+        >>> dataclasses.replace(cfg, n_layer=3).n_layer
+        3
+    """
+
+    d_model: int
+    n_layer: int
+    vocab_size: int
+    d_state: int = 16
+    d_conv: int = 4
+    expand: int = 2
+    dt_rank: int | str = "auto"
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    dt_init: str = "random"
+    dt_scale: float = 1.0
+    dt_init_floor: float = 1e-4
+    conv_bias: bool = True
+    bias: bool = False
+    rms_norm_eps: float = 1e-5
+    pad_vocab_size_multiple: int = 8
+    tie_embeddings: bool = True
+    residual_in_fp32: bool = True
+    seed: int = 0
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = _PRESETS
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_layer", "vocab_size", "d_state", "d_conv", "expand"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"MambaConfig.{name} must be a positive int; got {value!r}")
+        if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank >= 1):
+            raise ValueError(
+                f"MambaConfig.dt_rank must be 'auto' or a positive int; got {self.dt_rank!r}"
+            )
+        if self.dt_init not in ("random", "constant"):
+            raise ValueError(
+                f"MambaConfig.dt_init must be 'random' or 'constant'; got {self.dt_init!r}"
+            )
+        if not 0 < self.dt_min <= self.dt_max:
+            raise ValueError(f"need 0 < dt_min <= dt_max; got {self.dt_min}, {self.dt_max}")
+        if self.pad_vocab_size_multiple < 1:
+            raise ValueError(
+                f"pad_vocab_size_multiple must be >= 1; got {self.pad_vocab_size_multiple}"
+            )
+
+    @property
+    def d_inner(self) -> int:
+        """Channels of the mixer: ``expand * d_model``."""
+        return self.expand * self.d_model
+
+    @property
+    def resolved_dt_rank(self) -> int:
+        """``dt_rank`` with ``"auto"`` resolved to ``ceil(d_model / 16)``."""
+        return math.ceil(self.d_model / 16) if self.dt_rank == "auto" else int(self.dt_rank)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the embedding: ``vocab_size`` rounded up to ``pad_vocab_size_multiple``."""
+        m = self.pad_vocab_size_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+    @classmethod
+    def preset(cls, name: str) -> MambaConfig:
+        """The named preset (a key of ``MambaConfig.PRESETS``); change fields with
+        ``dataclasses.replace``.
+
+        Args:
+            name: ``"tiny"``, ``"small"``, ``"130m"``, ``"370m"``, ``"790m"``, ``"1.4b"``, ``"2.8b"``.
+
+        Returns:
+            The config (nothing is allocated until a model is built from it).
+
+        Example:
+            >>> MambaConfig.preset("130m").d_model
+            768
+        """
+        if name not in cls.PRESETS:
+            raise ValueError(f"unknown Mamba preset {name!r}; known: {sorted(cls.PRESETS)}")
+        return cls(**cls.PRESETS[name])

@@ -1,0 +1,244 @@
+"""Mamba-1 on ssmscan ops: ``RMSNorm``, ``MambaMixer``, ``MambaBlock``, ``MambaLM``.
+
+The layer math and parameter names follow mamba-ssm's ``Mamba`` / ``MambaLMHeadModel`` (without the
+``backbone.`` prefix): ``embedding``, ``layers.{i}.norm``, ``layers.{i}.mixer.{in_proj, conv1d,
+x_proj, dt_proj, A_log, D, out_proj}``, ``norm_f``, ``lm_head``.
+
+Prefill, chunked prefill and decode share one forward (Note [conv state]):
+
+- ``state=None``: zero conv/SSM state, the whole input through ``ssmscan.selective_scan``
+  (``return_last_state=True``), final states returned.
+- a state and L > 1 (a chunk of a longer prefill): the convolution runs over
+  ``cat(conv_state, x)`` and the scan starts from ``initial_state=ssm_state``.
+- a state and L == 1 (decode): conv-state roll plus ``ssmscan::selective_state_update``.
+
+Note [conv state]: the conv state holds the last ``d_conv`` inputs of the depthwise convolution
+(mamba-ssm's layout), oldest first, zero where fewer tokens were seen. For a chunk x of length L,
+``xpad = cat(conv_state, x)`` has length d_conv + L and output t of the causal convolution reads
+``xpad[t + 1 : t + 1 + d_conv]``, so the chunk's outputs are a valid convolution over
+``xpad[:, :, 1:]`` and the next conv state is ``xpad[:, :, -d_conv:]``. A zero conv state makes
+this exactly the zero-padded causal convolution of a first chunk; a decode step is the same with
+L = 1, written as a roll and a dot product.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import get_args
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmscan.models.config import MambaConfig
+from ssmscan.ops.selective_scan.api import Impl, selective_scan
+from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
+from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
+
+_IMPLS: tuple[str, ...] = get_args(Impl)
+
+
+def _check_impl(impl: str) -> None:
+    if impl not in _IMPLS:
+        raise ValueError(f"impl must be one of {_IMPLS}; got {impl!r}")
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in float32: ``weight * x / sqrt(mean(x**2) + eps)``.
+
+    Args:
+        dim: size of the last dimension.
+        eps: added to the mean square.
+
+    Example:
+        >>> import torch
+        >>> from ssmscan.models.mamba import RMSNorm
+        >>> RMSNorm(4)(torch.full((1, 4), 2.0))
+        tensor([[1.0000, 1.0000, 1.0000, 1.0000]], grad_fn=<MulBackward0>)
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., dim) -> (..., dim) in x's dtype."""
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class MambaMixer(nn.Module):
+    """The Mamba-1 mixer: in_proj -> (x, z); causal depthwise conv1d + SiLU on x; x_proj -> (dt, B,
+    C); dt_proj; selective scan (delta_bias = dt_proj.bias, softplus) gated by SiLU(z); out_proj.
+
+    Args:
+        config: the model's ``MambaConfig``.
+        impl: scan implementation passed to ``ssmscan.selective_scan`` (``"auto"``, ``"cpu"``,
+            ``"triton"``, ``"reference"``); ``"reference"`` also decodes with the reference step.
+
+    Example:
+        >>> import torch
+        >>> from ssmscan.models import MambaConfig
+        >>> from ssmscan.models.mamba import MambaMixer
+        >>> mixer = MambaMixer(MambaConfig.preset("tiny"))
+        >>> out, conv_state, ssm_state = mixer(torch.randn(2, 7, 64))
+        >>> out.shape, conv_state.shape, ssm_state.shape
+        (torch.Size([2, 7, 64]), torch.Size([2, 128, 4]), torch.Size([2, 128, 16]))
+    """
+
+    def __init__(self, config: MambaConfig, impl: Impl = "auto") -> None:
+        super().__init__()
+        _check_impl(impl)
+        self.impl: Impl = impl
+        self.d_inner, self.d_state = config.d_inner, config.d_state
+        self.d_conv, self.dt_rank = config.d_conv, config.resolved_dt_rank
+        d_inner, rank = self.d_inner, self.dt_rank
+        self.in_proj = nn.Linear(config.d_model, 2 * d_inner, bias=config.bias)
+        self.conv1d = nn.Conv1d(
+            d_inner,
+            d_inner,
+            kernel_size=config.d_conv,
+            groups=d_inner,
+            padding=config.d_conv - 1,
+            bias=config.conv_bias,
+        )
+        self.x_proj = nn.Linear(d_inner, rank + 2 * config.d_state, bias=False)
+        self.dt_proj = nn.Linear(rank, d_inner, bias=True)
+        self.A_log = nn.Parameter(torch.empty(d_inner, config.d_state))
+        self.D = nn.Parameter(torch.empty(d_inner))
+        self.out_proj = nn.Linear(d_inner, config.d_model, bias=config.bias)
+        self._init_ssm_parameters(config)
+
+    @torch.no_grad()
+    def _init_ssm_parameters(self, config: MambaConfig) -> None:
+        """mamba-ssm's init: dt_proj weight ~ U(-s, s) (or constant s), s = dt_scale/sqrt(dt_rank);
+        dt_proj bias = softplus^-1(dt), dt log-uniform in [dt_min, dt_max] clamped at the floor;
+        A_log = log(1..N) for every channel (S4D-real); D = 1."""
+        std = self.dt_rank**-0.5 * config.dt_scale
+        if config.dt_init == "constant":
+            nn.init.constant_(self.dt_proj.weight, std)
+        else:
+            nn.init.uniform_(self.dt_proj.weight, -std, std)
+        log_min, log_max = math.log(config.dt_min), math.log(config.dt_max)
+        dt = torch.exp(torch.rand(self.d_inner) * (log_max - log_min) + log_min)
+        dt = dt.clamp(min=config.dt_init_floor)
+        self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse of softplus
+        A = torch.arange(1, self.d_state + 1, dtype=torch.float32).repeat(self.d_inner, 1)
+        self.A_log.copy_(torch.log(A))
+        self.D.fill_(1.0)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        conv_state: torch.Tensor | None = None,
+        ssm_state: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mix a chunk of L tokens, continuing from the given states (zero when None).
+
+        Args:
+            hidden_states: (batch, L, d_model).
+            conv_state: (batch, d_inner, d_conv) in the input dtype, or None.
+            ssm_state: (batch, d_inner, d_state) float32 (float64 for float64 inputs), or None.
+
+        Returns:
+            ``(out (batch, L, d_model), conv_state, ssm_state)``, the states after the chunk (fresh
+            tensors; the inputs are not modified).
+        """
+        batch, length, _ = hidden_states.shape
+        xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 * d_inner, L)
+        x, z = xz.chunk(2, dim=1)
+        if conv_state is None:
+            conv_state = x.new_zeros(batch, self.d_inner, self.d_conv)
+        elif length == 1 and ssm_state is not None:
+            return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state)
+        # Note [conv state]
+        xpad = torch.cat([conv_state.to(x.dtype), x], dim=-1)
+        new_conv_state = xpad[:, :, -self.d_conv :].contiguous()
+        w = self.conv1d.weight
+        x = F.silu(F.conv1d(xpad[:, :, 1:], w, self.conv1d.bias, groups=self.d_inner))
+        dt, B, C = self._project(x.transpose(1, 2))  # (batch, L, ...)
+        out, new_ssm_state = selective_scan(
+            x,
+            dt.transpose(1, 2),
+            -torch.exp(self.A_log.float()),
+            B.transpose(1, 2).contiguous(),
+            C.transpose(1, 2).contiguous(),
+            D=self.D.float(),
+            z=z,
+            delta_bias=self.dt_proj.bias.float(),
+            delta_softplus=True,
+            return_last_state=True,
+            initial_state=ssm_state,
+            impl=self.impl,
+        )
+        return self.out_proj(out.transpose(1, 2)), new_conv_state, new_ssm_state
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (..., d_inner) -> dt (..., d_inner) without bias, B (..., N), C (..., N)."""
+        dt, B, C = torch.split(self.x_proj(x), [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        return F.linear(dt, self.dt_proj.weight), B, C
+
+    def _step(
+        self, x: torch.Tensor, z: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decode step; x, z (batch, d_inner). Note [conv state] with L = 1."""
+        new_conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None].to(conv_state.dtype)], -1)
+        x = (new_conv_state * self.conv1d.weight[:, 0, :]).sum(-1).to(x.dtype)
+        if self.conv1d.bias is not None:
+            x = x + self.conv1d.bias
+        x = F.silu(x)
+        dt, B, C = self._project(x)
+        args = (ssm_state, x, dt, -torch.exp(self.A_log.float()), B, C, self.D.float(), z)
+        if self.impl == "reference":
+            y, new_ssm_state = selective_state_update_reference(
+                *args, self.dt_proj.bias.float(), True
+            )
+        else:
+            y, new_ssm_state = torch.ops.ssmscan.selective_state_update(
+                *args, self.dt_proj.bias.float(), True
+            )
+        return self.out_proj(y)[:, None, :], new_conv_state, new_ssm_state
+
+
+class MambaBlock(nn.Module):
+    """Pre-norm residual Mamba block: ``h + mixer(norm(h))`` (mamba-ssm's ``Block`` with RMSNorm).
+
+    Args:
+        config: the model's ``MambaConfig``.
+        impl: scan implementation of the mixer (see ``MambaMixer``).
+
+    Example:
+        >>> import torch
+        >>> from ssmscan.models import MambaBlock, MambaConfig
+        >>> block = MambaBlock(MambaConfig.preset("tiny"))
+        >>> h, conv_state, ssm_state = block(torch.randn(1, 5, 64))
+        >>> h.shape
+        torch.Size([1, 5, 64])
+    """
+
+    def __init__(self, config: MambaConfig, impl: Impl = "auto") -> None:
+        super().__init__()
+        self.residual_in_fp32 = config.residual_in_fp32
+        self.norm = RMSNorm(config.d_model, eps=config.rms_norm_eps)
+        self.mixer = MambaMixer(config, impl=impl)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        conv_state: torch.Tensor | None = None,
+        ssm_state: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Args and Returns as ``MambaMixer.forward``; the output is the updated residual stream
+        (float32 with ``residual_in_fp32``)."""
+        residual = hidden_states
+        if self.residual_in_fp32 and hidden_states.dtype in (torch.float16, torch.bfloat16):
+            residual = hidden_states.float()
+        mixed, conv_state, ssm_state = self.mixer(
+            self.norm(hidden_states.to(self.norm.weight.dtype)), conv_state, ssm_state
+        )
+        return residual + mixed, conv_state, ssm_state

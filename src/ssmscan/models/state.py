@@ -1,0 +1,58 @@
+"""``MambaState``: the recurrent state a Mamba LM carries from one call to the next.
+
+Representation: a frozen dataclass of two tuples of plain tensors (one entry per layer),
+registered as a pytree node with ``torch.export.register_dataclass``. Pytree registration is what
+lets ``torch.compile(fullgraph=True)`` and ``torch.export`` take it as an input and return it as an
+output: both flatten it to its tensors and rebuild it, so an exported decode step has the
+signature ``(input_ids, conv_0, ..., ssm_0, ...) -> (logits, conv_0', ..., ssm_0', ...)``. The
+model never mutates a state in place; every call returns fresh tensors (no input/output aliasing in
+exported programs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class MambaState:
+    """Per-layer conv and SSM states of a Mamba LM after the tokens seen so far.
+
+    Args:
+        conv_states: one (batch, d_inner, d_conv) tensor per layer, in the model's dtype: the last
+            ``d_conv`` inputs of the causal convolution (left zero-padded while fewer were seen).
+        ssm_states: one (batch, d_inner, d_state) float32 tensor per layer (float64 for float64
+            models): the selective scan's state h after the last token.
+
+    Example:
+        >>> import torch
+        >>> from ssmscan.models import MambaState
+        >>> s = MambaState((torch.zeros(1, 8, 4),), (torch.zeros(1, 8, 16),))
+        >>> s.n_layer, s.batch_size
+        (1, 1)
+    """
+
+    conv_states: tuple[torch.Tensor, ...]
+    ssm_states: tuple[torch.Tensor, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.conv_states) != len(self.ssm_states):
+            raise ValueError(
+                f"MambaState needs one conv and one ssm state per layer; got "
+                f"{len(self.conv_states)} conv and {len(self.ssm_states)} ssm states"
+            )
+
+    @property
+    def n_layer(self) -> int:
+        """Number of layers the state covers."""
+        return len(self.ssm_states)
+
+    @property
+    def batch_size(self) -> int:
+        """Batch size of the state."""
+        return int(self.ssm_states[0].shape[0]) if self.ssm_states else 0
+
+
+torch.export.register_dataclass(MambaState, serialized_type_name="ssmscan.models.MambaState")
