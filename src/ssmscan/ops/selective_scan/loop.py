@@ -8,13 +8,13 @@ materialized: each step computes its own ``exp(dt_t A)``). The length may be sym
 Where the loop runs (measured with torch 2.13 CPU, onnxscript 0.7.2, onnxruntime 1.32):
 
 * ONNX: the dynamo exporter (``torch.onnx.export(..., dynamo=True)``) translates
-  ``higher_order.scan`` natively into an ONNX ``Scan`` whose body is a local function
-  (``torch/onnx/_internal/exporter/_torchlib/ops/hop.py``); the exported model takes a dynamic L
-  and runs in ONNX Runtime. :mod:`ssmscan.export._onnx_scan` holds the check and a fallback
-  translation.
+  ``higher_order.scan`` itself, into an ONNX ``Scan`` whose body is a local function
+  (``torch/onnx/_internal/exporter/_torchlib/ops/hop.py``); the model keeps a dynamic L and runs
+  in ONNX Runtime (no custom translation needed).
 * AOTInductor (CPU): Inductor rewrites ``scan`` into ``while_loop``
-  (``decompose_scan_to_while_loop``) and compiles the body; ``aoti_compile_and_package`` works
-  with a dynamic L and the package runs in a process that never imports ssmscan.
+  (``decompose_scan_to_while_loop``) and compiles the body to C++; ``aoti_compile_and_package``
+  accepts a dynamic L and ``aoti_load_package`` runs the package in a process that never
+  imports ssmscan.
 
 The scan HOP is called directly (not through the ``torch._higher_order_ops.scan.scan`` front
 door, which compiles its body with Dynamo on every eager call): in eager mode it runs its
@@ -98,15 +98,13 @@ def selective_scan_loop(
     else:
         h0 = initial_state.to(cdt).reshape(batch, groups, per_group, N)
     if isinstance(L, int) and L == 0:  # the scan op needs one step at least
-        return finish_output(dt.reshape(batch, dim, 0), u, D, z), h0.reshape(
-            batch, dim, N
-        ).clone()
+        return finish_output(dt.reshape(batch, dim, 0), u, D, z), h0.reshape(batch, dim, N).clone()
     # time-major sequences: one slice per step
     xs = [
         dt.movedim(-1, 0).unsqueeze(-1),  # (L, batch, G, dim/G, 1)
         dtu.movedim(-1, 0).unsqueeze(-1),
-        Bg.movedim(-1, 0).unsqueeze(2),  # (L, batch, G, 1, N)
-        Cg.movedim(-1, 0).unsqueeze(2),
+        Bg.movedim(-1, 0).unsqueeze(3),  # (L, batch, G, 1, N)
+        Cg.movedim(-1, 0).unsqueeze(3),
     ]
     last, ys = scan_op(_step, [h0], xs, (Ag,))
     y = ys.reshape(L, batch, dim).permute(1, 2, 0)
