@@ -44,7 +44,8 @@ def _check_impl(impl: str) -> None:
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm, computed in float32: ``weight * x / sqrt(mean(x**2) + eps)``.
+    """Root-mean-square norm, computed in float32 and returned in x's dtype:
+    ``weight * x / sqrt(mean(x**2) + eps)``.
 
     Args:
         dim: size of the last dimension.
@@ -66,7 +67,7 @@ class RMSNorm(nn.Module):
         """x (..., dim) -> (..., dim) in x's dtype."""
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * normed.to(x.dtype)
+        return (self.weight * normed).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
