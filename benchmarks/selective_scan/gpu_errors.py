@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+sys.path.insert(0, "tests")
 sys.path.insert(0, "tests/ops/selective_scan")
 import conftest  # noqa: F401  (TRITON_INTERPRET=1 without CUDA)
 import test_selective_scan_triton as T
