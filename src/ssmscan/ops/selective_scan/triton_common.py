@@ -17,7 +17,8 @@ SHFL per 4 steps in the SASS). The launchers prepare, once per call:
   ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads;
 * states-major copies of the checkpoints / initial state / dlast_state, transposed back at the end.
 
-Time is walked in unrolled groups of ``TILE_T = 4`` steps; u, delta, z (and dout) are read one
+Time is walked in unrolled groups of ``TILE_T = 4`` steps (the forward: Note [selective scan forward
+tiles] in ``triton_fwd``); in the backward u, delta, z and dout are read one
 column (BLOCK_D,) per step.
 
 Note [selective scan segments]

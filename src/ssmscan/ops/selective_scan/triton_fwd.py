@@ -6,6 +6,26 @@ sequentially in registers: one exp2 per (d, n, t), no cross-thread traffic; with
 a local pass and a carry pass come first (Note [selective scan segments]). The state before every
 CHECKPOINT_LEN-step chunk, and the final state as the last entry, are written to ``checkpoints``
 (``shapes``) so that the backward can recompute states chunk by chunk.
+
+Note [selective scan forward tiles]
+-----------------------------------
+What Triton makes of the layout decides the speed (read with
+``benchmarks/selective_scan/sass_report.py``, sm_90). The loop-carried state (BLOCK_D, NP) takes the
+layout of the state-shaped loads / stores (A2t, checkpoints). When Triton can prove their channel
+offsets 16-aligned it vectorizes them along the channels: 4 channels per thread and the states
+spread over threads *and warps*, so every step's ``y = sum_n C h`` and every column of u / delta / z
+went through shared memory (9 BAR + 9 STS / LDS + 6 SHFL per step at (8, 4096, 2048), BLOCK_D 64).
+Offsetting them by ``max(dim, 1)`` hides the alignment: one channel per thread with all NP states,
+each warp access still 128 contiguous bytes. Then:
+
+* the (NP,) B_t / C_t loads have fewer elements than the program has threads, so Triton loads them
+  directly in the state's layout (all NP per thread, contiguous: LDG.128, L1 broadcast);
+* ``FWD_VARIANT = "tile"`` reads u / delta / z as (BLOCK_D, TT) tiles, each thread one row of TT
+  contiguous steps as one 16-byte vector (TT = 4 in fp32, 8 in 16-bit), applies bias / softplus /
+  D / gate to the whole tile, takes column j in registers (``_col``) and writes ``out`` as one tile.
+  A row wider than 16 bytes (fp32 with TT = 8) is split over two threads: shuffles and shared
+  memory again, so TT follows the dtype. Steps past ``t_end`` are masked (any L); the mask and the
+  vector width only come together when L is a multiple of 16 (Triton's specialization).
 """
 
 from __future__ import annotations
@@ -77,6 +97,77 @@ def _fwd_step(
 
 
 @triton.jit
+def _col(x, o_t, j: tl.constexpr):
+    """Column j of a (BLOCK_D, TT) tile whose rows live in one thread each: a select and an
+    in-thread sum (the -0.0 fill makes the adds fold away, ``x + -0.0 == x``)."""
+    return tl.sum(tl.where(o_t[None, :] == j, x, -0.0), axis=1)
+
+
+@triton.jit
+def _fwd_tile(
+    h,
+    b_A2,
+    u,
+    delta,
+    z,
+    out,
+    b_bias,
+    b_D,
+    p_B,
+    p_C,
+    row,
+    m_d,
+    t0,
+    t_end,
+    o_t,
+    dt_sum,
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    TT: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    LOCAL: tl.constexpr,
+):
+    """TT time steps t0 .. t0 + TT - 1 (Note [selective scan forward tiles]); stores y unless LOCAL.
+    Returns (h, dt_sum)."""
+    o_tt = t0 + o_t  # (TT,)
+    m_t = o_tt < t_end
+    m = m_d[:, None] & m_t[None, :]
+    p = row[:, None] + o_tt[None, :]  # (BLOCK_D, TT): TT contiguous steps per thread
+    b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
+    b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_dt += b_bias[:, None]
+    if SOFTPLUS:
+        b_dt = _softplus(b_dt)
+    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    b_du = b_dt * b_u
+    b_y = tl.zeros_like(b_u)
+    for j in tl.static_range(TT):
+        m_j = t0 + j < t_end
+        # (NP,) B_t / C_t: fewer elements than threads, so Triton loads them in the states' layout
+        # (every thread all NP, contiguous: vector loads served by L1) instead of via shared memory
+        b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
+        b_dtj = _col(b_dt, o_t, j)
+        h = tl.exp2(b_dtj[:, None] * b_A2) * h + _col(b_du, o_t, j)[:, None] * b_B[None, :]
+        if LOCAL:
+            dt_sum += b_dtj
+        else:
+            b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
+            b_yj = tl.sum(h * b_C[None, :], axis=1)
+            b_y = tl.where(o_t[None, :] == j, b_yj[:, None], b_y)
+    if not LOCAL:
+        if HAS_D:
+            b_y += b_D[:, None] * b_u
+        if HAS_Z:
+            b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
+            b_y *= b_z * _sigmoid(b_z)
+        tl.store(out + p, b_y.to(out.dtype.element_ty), mask=m)
+    return h, dt_sum
+
+
+@triton.jit
 def _selective_scan_fwd_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
@@ -106,6 +197,8 @@ def _selective_scan_fwd_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_INIT: tl.constexpr,
     LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
+    TT: tl.constexpr,  # steps per loop iteration, divides CK
+    TILED: tl.constexpr,  # (BLOCK_D, TT) tile loads / stores (else one column per step)
 ):
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
@@ -117,7 +210,10 @@ def _selective_scan_fwd_kernel(
     # (BLOCK_D, NP) offsets in the (NP, dim) layout of A2t, the states and checkpoints: contiguous
     # along the channels, which makes Triton give each thread one channel with all its states (a
     # (dim, N) layout would spread the states of a channel over threads: shuffles for y)
-    o_nd = o_n[None, :] * dim + o_d[:, None]
+    # (max hides dim's divisibility by 16: Triton then does not vectorize these accesses along
+    # the channels, which would put 4 channels in a thread and spread the states over threads
+    # and warps, Note [selective scan forward tiles]; each warp access is still 128 contiguous bytes)
+    o_nd = o_n[None, :] * tl.maximum(dim, 1) + o_d[:, None]
 
     b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
     b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
@@ -125,9 +221,9 @@ def _selective_scan_fwd_kernel(
 
     row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
     grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
-    bc = (i_b * G + grp) * L * NP + o_n  # (NP,): B_t / C_t are broadcast loads
-    p_B = Bt + bc
-    p_C = Ct + bc
+    bc = (i_b * G + grp) * L * NP  # B_t / C_t of this program's group: broadcast loads
+    p_B = Bt + bc + o_n  # (NP,)
+    p_C = Ct + bc + o_n
     p_ck = ckpt + i_b * NCK * NP * dim + o_nd  # entry c at p_ck + c * NP * dim
 
     NC = NCK - 1  # chunks
@@ -135,9 +231,9 @@ def _selective_scan_fwd_kernel(
     c1 = tl.minimum(c0 + SEG, NC)
     t_beg = c0 * CK
     t_end = tl.minimum(c1 * CK, L)
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
     if LOCAL:
         h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
-        dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
     elif i_s == 0:
         if HAS_INIT:
             h = tl.load(init + i_b * NP * dim + o_nd, mask=m_d[:, None], other=0.0)
@@ -145,38 +241,69 @@ def _selective_scan_fwd_kernel(
             h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     else:
         h = tl.load(p_ck + c0 * (NP * dim), mask=m_d[:, None], other=0.0)  # from the carry pass
-    for t0 in range(t_beg, t_end, 4):
+    o_t = tl.arange(0, TT)
+    for t0 in range(t_beg, t_end, TT):
+        t0 = tl.multiple_of(t0, TT)
         if not LOCAL:
             if t0 % CK == 0:
                 tl.store(p_ck + (t0 // CK) * (NP * dim), h, mask=m_d[:, None])
-        for j in tl.static_range(4):  # unrolled: four steps' loads and exp2 in flight
-            h, b_dt, b_y = _fwd_step(
+        if TILED:
+            h, dt_sum = _fwd_tile(
                 h,
                 b_A2,
                 u,
                 delta,
                 z,
+                out,
                 b_bias,
                 b_D,
                 p_B,
                 p_C,
                 row,
                 m_d,
-                t0 + j,
+                t0,
                 t_end,
+                o_t,
+                dt_sum,
                 SOFTPLUS,
                 NP,
+                TT,
                 HAS_D,
                 HAS_Z,
                 HAS_BIAS,
                 LOCAL,
             )
-            if LOCAL:
-                dt_sum += b_dt
-            else:
-                tl.store(
-                    out + row + t0 + j, b_y.to(out.dtype.element_ty), mask=m_d & (t0 + j < t_end)
+        else:
+            for j in tl.static_range(TT):  # unrolled: TT steps' loads and exp2 in flight
+                h, b_dt, b_y = _fwd_step(
+                    h,
+                    b_A2,
+                    u,
+                    delta,
+                    z,
+                    b_bias,
+                    b_D,
+                    p_B,
+                    p_C,
+                    row,
+                    m_d,
+                    t0 + j,
+                    t_end,
+                    SOFTPLUS,
+                    NP,
+                    HAS_D,
+                    HAS_Z,
+                    HAS_BIAS,
+                    LOCAL,
                 )
+                if LOCAL:
+                    dt_sum += b_dt
+                else:
+                    tl.store(
+                        out + row + t0 + j,
+                        b_y.to(out.dtype.element_ty),
+                        mask=m_d & (t0 + j < t_end),
+                    )
     if LOCAL:
         tl.store(seg_state + (i_b * NSEG + i_s) * (NP * dim) + o_nd, h, mask=m_d[:, None])
         tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
@@ -219,6 +346,23 @@ def _selective_scan_fwd_carry_kernel(
         b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
         h = tl.exp2(b_sdt[:, None] * b_A2) * h + b_loc
         tl.store(p_ck + ((s + 1) * SEG) * (NP * dim), h, mask=m_d[:, None])
+
+
+# Which main-loop variant ``launch`` uses (Note [selective scan forward tiles]); a module
+# constant so the benchmark can time them side by side: "column" is the previous kernel (one
+# (BLOCK_D,) column of u / delta / z / out and one (NP,) B_t / C_t per step), "tile4" / "tile8"
+# read and write (BLOCK_D, TT) tiles, TT contiguous steps per thread, and (TT, NP) B / C blocks.
+FWD_VARIANTS = {"column": (4, False), "tile": (0, True), "tile4": (4, True), "tile8": (8, True)}
+FWD_VARIANT = "tile"
+
+
+def variant_constexprs(itemsize: int) -> dict[str, int | bool]:
+    """TT / TILED of ``FWD_VARIANT`` for ``_selective_scan_fwd_kernel`` and inputs of ``itemsize``
+    bytes ("tile": TT steps = one 16-byte vector per row, 4 in fp32, 8 in 16-bit)."""
+    tt, tiled = FWD_VARIANTS[FWD_VARIANT]
+    tt = tt or 16 // itemsize
+    assert CHECKPOINT_LEN % tt == 0, (CHECKPOINT_LEN, tt)
+    return dict(TT=tt, TILED=tiled)
 
 
 def launch(
@@ -297,6 +441,7 @@ def launch(
         HAS_INIT=initial_state is not None,
         num_warps=warps,
     )
+    consts.update(variant_constexprs(u.element_size()))
     kernel = launcher(_selective_scan_fwd_kernel)
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
