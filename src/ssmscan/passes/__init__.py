@@ -4,6 +4,7 @@ Each pass changes the graph in place and returns a :class:`PassResult` (truthy i
 """
 
 from ._graph import Decision, PassResult
+from .decompose_selective_scan import decompose_selective_scan
 from .explain import Explanation, explain
 from .lower_associative_scan import lower_associative_scan
 from .lower_scan import lower_scan
@@ -24,6 +25,7 @@ __all__ = [
     "PassResult",
     "TensorRTReadiness",
     "check_tensorrt_ready",
+    "decompose_selective_scan",
     "explain",
     "lower_associative_scan",
     "lower_scan",

@@ -12,6 +12,7 @@ from torch._higher_order_ops.scan import scan_op
 from ssmscan.scan import Algorithm
 
 from . import _graph as G
+from .decompose_selective_scan import explain_decompose, is_ssmscan_op
 from .lower_associative_scan import explain_associative_scan
 from .lower_scan import explain_scan
 
@@ -32,8 +33,8 @@ def explain(program: Any, algorithm: Algorithm = "auto") -> Explanation:
     """Report every scan-like node of ``program`` without changing it.
 
     Nodes already lowered by an ssmscan pass are reported from their ``node.meta`` tag (lowered, the
-    algorithm); remaining ``associative_scan`` / ``scan`` nodes with what the passes would do and why;
-    any other higher-order op as left, no pass handles it.
+    algorithm); remaining ssmscan ops, ``associative_scan`` and ``scan`` nodes with what the passes
+    would do and why; any other higher-order op as left, no pass handles it.
 
     Args:
         program: ``ExportedProgram`` or ``GraphModule``.
@@ -47,10 +48,15 @@ def explain(program: Any, algorithm: Algorithm = "auto") -> Explanation:
     seen_sources: set[str] = set()
     for node in gm.graph.nodes:
         tag = node.meta.get(G.LOWERING_META)
-        if tag is not None and tag["source"] not in seen_sources:
-            seen_sources.add(tag["source"])
-            reason = "replaced by plain aten ops (no higher-order op left)"
-            decisions.append(G.Decision(tag["source"], tag["op"], True, tag["algorithm"], reason))
+        if tag is not None:
+            if tag["source"] not in seen_sources:
+                seen_sources.add(tag["source"])
+                reason = tag.get("reason", "replaced by plain aten ops (no higher-order op left)")
+                decisions.append(
+                    G.Decision(tag["source"], tag["op"], True, tag["algorithm"], reason)
+                )
+        elif is_ssmscan_op(node):
+            decisions.append(_would(explain_decompose(node)))
         elif node.op == "call_function" and node.target is associative_scan_op:
             decisions.append(_would(explain_associative_scan(gm, node, algorithm)))
         elif node.op == "call_function" and node.target is scan_op:

@@ -1,0 +1,363 @@
+"""Replace ssmscan's kernel ops by their parallel (aten) or loop (``higher_order.scan``) realization.
+
+For backends that cannot run custom ops: ONNX, Torch-TensorRT, AOTInductor without Python. Each
+``torch.ops.ssmscan.selective_scan_fwd`` / ``linear_scan_fwd`` / ``selective_state_update`` node
+of an ``ExportedProgram`` (before or after ``run_decompositions()``) or ``GraphModule`` is traced
+anew from :mod:`ssmscan.ops.selective_scan.parallel` / ``loop`` (and the ``linear_scan``
+counterparts) with ``make_fx`` on the node's fake inputs, inside the program's fake mode, and
+spliced in its place; the loop's body becomes a submodule of the graph module. Every new node
+carries a ``val``; a node is either replaced whole or left untouched, with the reason recorded.
+
+Declined:
+
+* ``selective_scan_fwd`` whose checkpoints output (its third) is read: only the backward reads it
+  and the realizations compute none (export for inference, or keep the op);
+* ``realization="parallel"`` with a dynamic length: the parallel scans are planned for a static
+  length; ``realization="loop"`` takes any length;
+* outputs used other than through ``getitem``; inputs without fake values.
+
+Where the results run (torch 2.13 CPU; see the realizations' modules): the parallel realization
+holds only aten ops (ONNX, Torch-TensorRT, AOTInductor); the loop realization holds one
+``higher_order.scan`` per op, which the ONNX dynamo exporter turns into an ONNX ``Scan`` (dynamic
+L, runs in ONNX Runtime) and AOTInductor compiles on CPU into a loop (dynamic L; the package runs
+without ssmscan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ssmscan.ops.linear_scan.loop import linear_scan_loop
+from ssmscan.ops.linear_scan.parallel import linear_scan_parallel
+from ssmscan.ops.selective_scan.loop import selective_scan_loop
+from ssmscan.ops.selective_scan.parallel import selective_scan_parallel
+from ssmscan.scan import Algorithm, choose_algorithm
+
+from . import _graph as G
+
+__all__ = ["SSMSCAN_OPS", "decompose_selective_scan", "explain_decompose"]
+
+Realization = Literal["parallel", "loop"]
+SSMSCAN_OPS = ("selective_scan_fwd", "linear_scan_fwd", "selective_state_update")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    decision: G.Decision
+    fn: Callable[..., Sequence[torch.Tensor | None]] | None = None
+    inputs: tuple[fx.Node, ...] = ()
+
+
+def decompose_selective_scan(
+    program: Any, realization: Realization = "parallel", algorithm: Algorithm = "auto"
+) -> G.PassResult:
+    """``ssmscan::selective_scan_fwd`` / ``linear_scan_fwd`` / ``selective_state_update`` in,
+    their parallel aten or ``higher_order.scan`` loop realization out.
+
+    Args:
+        program: ``torch.export.ExportedProgram`` or ``torch.fx.GraphModule`` (changed in place).
+        realization: ``"parallel"`` (plain aten ops, static lengths only; for Torch-TensorRT and
+            ONNX at a fixed length) or ``"loop"`` (one ``higher_order.scan`` per op, any length;
+            for ONNX ``Scan`` and AOTInductor).
+        algorithm: the parallel scan ("auto", "hillis_steele", "blelloch", "chunked"); ignored by
+            the loop.
+
+    Returns:
+        A :class:`PassResult`, truthy iff the graph changed, with one decision per op node.
+
+    Example:
+        >>> import torch, ssmscan
+        >>> from ssmscan.passes import decompose_selective_scan
+        >>> class M(torch.nn.Module):
+        ...     def forward(self, a, b):
+        ...         return ssmscan.linear_scan(a, b)
+        >>> ep = torch.export.export(M(), (torch.rand(2, 9), torch.randn(2, 9)))
+        >>> bool(decompose_selective_scan(ep, "parallel"))
+        True
+        >>> any("ssmscan" in str(n.target) for n in ep.graph.nodes)
+        False
+    """
+    if realization not in ("parallel", "loop"):
+        raise ValueError(f"realization must be 'parallel' or 'loop'; got {realization!r}")
+    gm, program_ = G.graph_module_of(program)
+    decisions = []
+    changed = False
+    for node in _op_nodes(gm):
+        plan = _plan(node, realization, algorithm)
+        if plan.fn is not None:
+            try:
+                traced = _trace(plan.fn, plan.inputs)
+            except Exception as e:  # leave the node whole rather than half-lowered
+                reason = f"tracing the {realization} realization failed: {type(e).__name__}: {e}"
+                plan = _Plan(_declined(node, reason))
+            else:
+                tag = {
+                    "source": node.name,
+                    "op": _op_name(node),
+                    "algorithm": str(plan.decision.algorithm),
+                    "reason": plan.decision.reason,
+                }
+                _splice(gm, node, traced, plan.inputs, tag)
+                changed = True
+        decisions.append(plan.decision)
+    if changed:
+        G.finish(gm, program_)
+    return G.PassResult(changed, tuple(decisions))
+
+
+def explain_decompose(node: fx.Node, realization: Realization | None = None) -> G.Decision:
+    """What :func:`decompose_selective_scan` would do with the ssmscan op ``node``; with
+    ``realization=None``, the parallel realization where it applies (static length), else the
+    loop."""
+    if realization is not None:
+        return _plan(node, realization, "auto").decision
+    parallel = _plan(node, "parallel", "auto").decision
+    return parallel if parallel.lowered else _plan(node, "loop", "auto").decision
+
+
+def is_ssmscan_op(node: fx.Node) -> bool:
+    """Whether ``node`` calls one of the ops this pass replaces."""
+    return _op_name(node) in SSMSCAN_OPS
+
+
+def _op_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes if is_ssmscan_op(n)]
+
+
+def _op_name(node: fx.Node) -> str:
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return ""
+    ns, name = target._schema.name.split("::", 1)
+    return name if ns == "ssmscan" else ""
+
+
+def _declined(node: fx.Node, reason: str) -> G.Decision:
+    return G.Decision(node.name, _op_name(node), False, None, reason)
+
+
+def _bind(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name (positional and keyword, defaults filled in)."""
+    target = node.target
+    assert isinstance(target, torch._ops.OpOverload)
+    bound: dict[str, Any] = {}
+    for i, arg in enumerate(target._schema.arguments):
+        if i < len(node.args):
+            bound[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            bound[arg.name] = node.kwargs[arg.name]
+        else:
+            bound[arg.name] = arg.default_value if arg.has_default_value() else None
+    return bound
+
+
+def _static_length(x: Any) -> int | None:
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt) and x.node.is_constant():
+        return int(x)
+    return None
+
+
+# Tensor arguments of each op, in schema order; the rest are Python constants.
+_TENSOR_ARGS = {
+    "selective_scan_fwd": (
+        "u",
+        "delta",
+        "A",
+        "B",
+        "C",
+        "D",
+        "z",
+        "delta_bias",
+        "initial_state",
+    ),
+    "linear_scan_fwd": ("a", "b", "initial"),
+    "selective_state_update": ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias"),
+}
+
+
+def _plan(node: fx.Node, realization: Realization, algorithm: Algorithm) -> _Plan:
+    name = _op_name(node)
+
+    def left(reason: str) -> _Plan:
+        return _Plan(_declined(node, reason))
+
+    args = _bind(node)
+    tensor_names = [k for k in _TENSOR_ARGS[name] if args[k] is not None]
+    inputs = [args[k] for k in tensor_names]
+    if not all(isinstance(n, fx.Node) and "val" in n.meta for n in inputs):
+        return left("inputs carry no fake values (node.meta['val']); trace with torch.export")
+    vals = node.meta.get("val")
+    n_out = len(vals) if isinstance(vals, (list, tuple)) else 1
+    users = G.output_users(node, n_out) if n_out > 1 else None
+    if n_out > 1 and users is None:
+        return left("outputs are used other than through getitem")
+    if name == "selective_scan_fwd":
+        assert users is not None
+        if any(u.users for u in users[2]):
+            readers = sorted({r.name for u in users[2] for r in u.users})
+            return left(
+                f"the checkpoints output is read (by {', '.join(readers)}): only the backward "
+                "reads it and the realizations compute none; export for inference"
+            )
+        length = args["u"].meta["val"].shape[-1]
+    elif name == "linear_scan_fwd":
+        length = args["b"].meta["val"].shape[args["dim"]]
+    else:
+        length = 1
+    static = _static_length(length)
+    if realization == "parallel" and static is None:
+        return left(
+            f"dynamic length {length}: the parallel realization needs a static length; "
+            "use realization='loop' (higher_order.scan) for a dynamic length"
+        )
+    consts = {k: v for k, v in args.items() if k not in _TENSOR_ARGS[name]}
+    fn = _realization_fn(name, realization, algorithm, tensor_names, consts)
+    if name == "selective_state_update":
+        how, reason = "step", "one step of the selective scan in aten ops"
+    elif realization == "loop":
+        how, reason = "loop", "higher_order.scan over time (any length)"
+    else:
+        how = choose_algorithm(static or 1, algorithm)
+        reason = f"parallel affine {how} scan in plain aten ops (static length {static})"
+    return _Plan(G.Decision(node.name, name, True, how, reason), fn, tuple(inputs))
+
+
+def _realization_fn(
+    name: str,
+    realization: Realization,
+    algorithm: Algorithm,
+    tensor_names: list[str],
+    consts: dict[str, Any],
+) -> Callable[..., Sequence[torch.Tensor | None]]:
+    """The function traced in place of the node: tensors in (schema order), the node's outputs
+    out (None for the checkpoints, which nobody reads)."""
+
+    def bind(tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+        kw: dict[str, Any] = dict.fromkeys(_TENSOR_ARGS[name])
+        kw.update(zip(tensor_names, tensors))
+        return kw
+
+    if name == "selective_scan_fwd":
+        scan_fn = selective_scan_parallel if realization == "parallel" else selective_scan_loop
+
+        def selective_scan(*tensors: torch.Tensor) -> list[torch.Tensor | None]:
+            kw = bind(tensors)
+            out, last = scan_fn(
+                **kw, delta_softplus=bool(consts["delta_softplus"]), algorithm=algorithm
+            )
+            return [out, last, None]
+
+        return selective_scan
+    if name == "linear_scan_fwd":
+        lin_fn = linear_scan_parallel if realization == "parallel" else linear_scan_loop
+
+        def linear_scan(*tensors: torch.Tensor) -> list[torch.Tensor | None]:
+            kw = bind(tensors)
+            return [lin_fn(kw["a"], kw["b"], consts["dim"], consts["reverse"], kw["initial"])]
+
+        return linear_scan
+
+    def state_update(*tensors: torch.Tensor) -> list[torch.Tensor | None]:
+        kw = bind(tensors)
+        state, B, C = kw["state"], kw["B"], kw["C"]
+        sdt = torch.float64 if state.dtype == torch.float64 else torch.float32
+        out, new = selective_scan_parallel(
+            kw["x"].unsqueeze(-1),
+            kw["dt"].unsqueeze(-1),
+            kw["A"],
+            B.unsqueeze(-1),
+            C.unsqueeze(-1),
+            kw["D"],
+            kw["z"].unsqueeze(-1) if kw["z"] is not None else None,
+            kw["dt_bias"],
+            bool(consts["dt_softplus"]),
+            state.to(sdt),
+        )
+        return [out.squeeze(-1), new.to(state.dtype)]
+
+    return state_update
+
+
+def _trace(fn: Callable[..., Any], inputs: Sequence[fx.Node]) -> fx.GraphModule:
+    """``fn`` traced to aten on the inputs' fake values, inside their fake mode (symbolic sizes
+    keep their shape environment; no guard is added)."""
+    vals = [i.meta["val"] for i in inputs]
+    mode = detect_fake_mode(vals)
+    if mode is None:  # real example values (a GraphModule traced in real mode): fake them
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        vals = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in vals]
+    with mode:
+        return make_fx(fn, tracing_mode="real", pre_dispatch=False)(*vals)
+
+
+def _fresh_attr(gm: fx.GraphModule, base: str) -> str:
+    i = 0
+    while hasattr(gm, f"{base}_{i}"):
+        i += 1
+    return f"{base}_{i}"
+
+
+def _splice(
+    gm: fx.GraphModule,
+    node: fx.Node,
+    traced: fx.GraphModule,
+    inputs: Sequence[fx.Node],
+    tag: dict[str, str],
+) -> None:
+    """Copy ``traced`` into ``gm`` before ``node`` and reroute ``node``'s outputs to it.
+
+    Submodules of ``traced`` (the loop body) are registered on ``gm`` under fresh names. The
+    original node's ``nn_module_stack``/``stack_trace`` go to every new node.
+    """
+    keys = ("nn_module_stack", "stack_trace")
+    inherited: dict[str, Any] = {k: node.meta[k] for k in keys if k in node.meta}
+    env: dict[fx.Node, fx.Node] = {}
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    env.update(zip(placeholders, inputs, strict=True))
+    outs: Any = None
+    with gm.graph.inserting_before(node):
+        for n in traced.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                outs = n.args[0]
+                break
+            if n.op == "get_attr":
+                sub = getattr(traced, str(n.target))
+                if not isinstance(sub, fx.GraphModule):
+                    raise RuntimeError("a realization must not create constants")
+                attr = _fresh_attr(gm, f"{tag['op']}_body")
+                gm.add_submodule(attr, sub)
+                new = gm.graph.get_attr(attr)
+                new.meta.update(n.meta)
+            else:
+                new = gm.graph.node_copy(n, lambda x: env[x])
+            new.meta.update(inherited)
+            new.meta[G.LOWERING_META] = dict(tag)
+            env[n] = new
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) == 1 and not isinstance(node.meta["val"], (list, tuple)):
+        assert isinstance(outs[0], fx.Node)
+        node.replace_all_uses_with(env[outs[0]])
+        gm.graph.erase_node(node)
+        return
+    users = G.output_users(node, len(outs))
+    assert users is not None
+    for i, us in enumerate(users):
+        for u in us:
+            if u.users:
+                out = outs[i]
+                assert isinstance(out, fx.Node), "the realization gave no value for a read output"
+                u.replace_all_uses_with(env[out])
+            gm.graph.erase_node(u)
+    gm.graph.erase_node(node)
