@@ -119,6 +119,18 @@ def test_chunked_prefill_continues_from_the_cache(models):
     assert_close_to_reference("chunked", torch.cat(pieces, dim=1), full, F32)
 
 
+def test_bfloat16_model(models):
+    ref, model = models
+    half = copy.deepcopy(model).bfloat16()
+    ids = _ids(2, 50, seed=8)
+    with torch.no_grad():
+        expected = ref(ids).logits
+        out = half(ids, use_cache=True)
+        step = half(ids[:, -1:], cache=out.cache, use_cache=True).logits
+    assert step.shape == (2, 1, 96)
+    assert_close_to_reference("bf16 logits", out.logits, expected, torch.bfloat16)
+
+
 def test_weights_are_shared_not_copied():
     ref = _hf_model("N8-E2-convbias-rankauto")
     before = {name: p.data_ptr() for name, p in ref.named_parameters()}
