@@ -1,6 +1,7 @@
 """Controls for the AOTInductor load crash (issue 4): package and load, in a fresh process each,
 (a) a module of plain aten ops, (b) a toy Triton kernel registered with ``torch.library.triton_op``,
-(c) the same toy kernel registered with ``ssmscan._library.triton_backed_op``. Which of them crash
+(c) the same toy kernel registered with ``ssmscan._library.triton_backed_op``. ``same:KIND``
+builds and loads in one process. Which of them crash
 tells whether the crash is ours.
 
     PYTHONPATH=src python benchmarks/selective_scan/aoti_probe.py all DIR
@@ -68,13 +69,13 @@ def main():
     step, kind = mode.split(":")
     path = os.path.join(root, f"{kind}.pt2")
     x = torch.randn(1000, device="cuda")
-    if step == "build":
+    if step in ("build", "same"):
         model = Model(kind)
         ep = torch.export.export(model, (x,))
         torch._inductor.aoti_compile_and_package(ep, package_path=path)
-        print("built")
-    else:
-        if kind != "plain":
+        print("built", flush=True)
+    if step in ("load", "same"):
+        if kind != "plain" and step == "load":
             _register(kind)  # the op's Python registration exists in the loading process too
         runner = torch._inductor.aoti_load_package(path)
         got = runner(x)

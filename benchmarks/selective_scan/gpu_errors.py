@@ -14,9 +14,9 @@ import torch
 
 sys.path.insert(0, "tests")
 sys.path.insert(0, "tests/ops/selective_scan")
-import conftest  # noqa: F401  (TRITON_INTERPRET=1 without CUDA)
 import test_selective_scan_triton as T
 
+import conftest  # noqa: F401  (TRITON_INTERPRET=1 without CUDA)
 from ssmscan.ops.selective_scan import triton_common
 from ssmscan.testing import rel_error
 
