@@ -118,3 +118,12 @@ def test_loop_exports_with_a_dynamic_length():
         a, b, initial = _inputs((2, length, 3), 1, torch.float32, True, seed=length)
         ref = linear_scan_reference(a.double(), b.double(), 1, True, initial.double())
         assert_close_to_reference("h", ep.module()(a, b, initial), ref, torch.float32)
+
+
+@pytest.mark.parametrize("name", list(REALIZATIONS))
+def test_compiles_fullgraph(name):
+    a, b, initial = _inputs((2, 37, 3), 1, torch.float32, True)
+    compiled = torch.compile(REALIZATIONS[name], fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(
+        compiled(a, b, 1, True, initial), REALIZATIONS[name](a, b, 1, True, initial)
+    )

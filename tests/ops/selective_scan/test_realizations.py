@@ -175,3 +175,11 @@ def test_loop_exports_with_a_dynamic_length():
         ref_out, ref_last = _reference(kw2)
         assert_close_to_reference("out", out, ref_out, torch.float32)
         assert_close_to_reference("last_state", last, ref_last, torch.float32)
+
+
+@pytest.mark.parametrize("name", list(REALIZATIONS))
+def test_compiles_fullgraph(name):
+    kw = _inputs(1, 4, 37, 2, 2, torch.float32, "all")
+    compiled = torch.compile(REALIZATIONS[name], fullgraph=True, backend="aot_eager")
+    for got, want in zip(compiled(**kw), REALIZATIONS[name](**kw), strict=True):
+        torch.testing.assert_close(got, want)

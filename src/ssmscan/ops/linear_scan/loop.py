@@ -5,14 +5,15 @@ included, so one ``torch.export`` program serves every L. ``reverse`` flips the 
 the loop (as ``torch._higher_order_ops.scan.scan`` does). Arithmetic in float32 (float64 for
 float64 inputs), the result in ``b``'s dtype, fresh and contiguous.
 
-The HOP is called directly (see :mod:`ssmscan.ops.selective_scan.loop` for why, and for which
-backends run it: the ONNX dynamo exporter emits an ONNX ``Scan``, AOTInductor a C++ loop).
+The HOP is called through :func:`ssmscan.ops.selective_scan.loop.run_scan` (see that module for
+why, and for which backends run it: the ONNX dynamo exporter emits an ONNX ``Scan``, AOTInductor a C++ loop).
 """
 
 from __future__ import annotations
 
 import torch
-from torch._higher_order_ops.scan import scan_op
+
+from ssmscan.ops.selective_scan.loop import run_scan
 
 __all__ = ["linear_scan_loop"]
 
@@ -64,7 +65,7 @@ def linear_scan_loop(
         h0 = initial.to(cdt)
     else:
         h0 = torch.zeros(xs[1].shape[1:], dtype=cdt, device=b.device)
-    _, hs = scan_op(_step, [h0.contiguous()], xs, ())
+    _, hs = run_scan(_step, h0.contiguous(), xs)
     if reverse:
         hs = hs.flip(0)
     return hs.movedim(0, dim).to(b.dtype).contiguous()

@@ -16,20 +16,63 @@ Where the loop runs (measured with torch 2.13 CPU, onnxscript 0.7.2, onnxruntime
   accepts a dynamic L and ``aoti_load_package`` runs the package in a process that never
   imports ssmscan.
 
-The scan HOP is called directly (not through the ``torch._higher_order_ops.scan.scan`` front
-door, which compiles its body with Dynamo on every eager call): in eager mode it runs its
-reference loop; under ``make_fx``/``torch.export``/``torch.compile`` it is traced as one
-``higher_order.scan`` node with the body as a subgraph and ``A`` as an additional input.
+Timings (L = 1024: ONNX Runtime and AOTInductor against the CPU kernel and the parallel
+realization) are recorded in :mod:`ssmscan.passes.decompose_selective_scan`.
+
+Outside Dynamo the scan HOP is called directly (the ``torch._higher_order_ops.scan.scan`` front
+door compiles its body with Dynamo on every eager call): in eager mode it runs its reference
+loop; under ``make_fx``/``torch.export`` it is traced as one ``higher_order.scan`` node with the
+body as a subgraph and ``A`` as an additional input. Under ``torch.compile`` (Dynamo) the front
+door is used, as Dynamo only captures a scan that comes through it (:func:`run_scan`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
-from torch._higher_order_ops.scan import scan_op
+from torch._higher_order_ops.scan import scan, scan_op
 
 from ssmscan.ops.selective_scan.parallel import finish_output, grouped_inputs
 
-__all__ = ["selective_scan_loop"]
+__all__ = ["run_scan", "selective_scan_loop"]
+
+
+def run_scan(
+    step: Callable[..., list[torch.Tensor]],
+    init: torch.Tensor,
+    xs: Sequence[torch.Tensor],
+    additional: Sequence[torch.Tensor] = (),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``higher_order.scan`` with one carry and one per-step output.
+
+    Args:
+        step: ``step(carry, *x_t, *additional) -> [new_carry, y_t]``; y_t must not alias the
+            carry.
+        init: the carry before the first step.
+        xs: sequences scanned along their first dimension (length >= 1).
+        additional: tensors passed whole to every step.
+
+    Returns:
+        ``(last_carry, ys)`` with ``ys`` stacking y_t along a new first dimension.
+
+    Example:
+        >>> import torch
+        >>> step = lambda h, x: [h + x, (h + x).clone()]
+        >>> run_scan(step, torch.zeros(2), [torch.ones(3, 2)])[1][:, 0]
+        tensor([1., 2., 3.])
+    """
+    if torch.compiler.is_dynamo_compiling():
+
+        def combine(
+            carry: torch.Tensor, x: list[torch.Tensor]
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            new, y = step(carry, *x, *additional)
+            return new, y
+
+        return scan(combine, init, list(xs))
+    last, ys = scan_op(step, [init], list(xs), tuple(additional))
+    return last, ys
 
 
 def _step(
@@ -106,6 +149,6 @@ def selective_scan_loop(
         Bg.movedim(-1, 0).unsqueeze(3),  # (L, batch, G, 1, N)
         Cg.movedim(-1, 0).unsqueeze(3),
     ]
-    last, ys = scan_op(_step, [h0], xs, (Ag,))
+    last, ys = run_scan(_step, h0, xs, (Ag,))
     y = ys.reshape(L, batch, dim).permute(1, 2, 0)
     return finish_output(y, u, D, z), last.reshape(batch, dim, N)

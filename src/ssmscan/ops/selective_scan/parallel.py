@@ -3,11 +3,13 @@
 For backends that convert only aten ops and run no loops (Torch-TensorRT, ONNX at a fixed length):
 the per-step decays ``exp(dt * A)`` and inputs ``dt * B * u`` are materialized as two
 (batch, dim, N, L) tensors and solved with :func:`ssmscan.scan.affine_scan` along L; the outputs are
-a reduction over N. No higher-order op, no constant factory (``zeros_like``, ``new_*``, ...), no
+a reduction over N. No higher-order op, no constant factory (``zeros_like``, ``new_*``; L >= 1), no
 loop: every op is a slice, cat, reshape, unsqueeze, cast, pointwise op or sum, so the graph traces
 with ``make_fx``/``torch.export`` into ops that Torch-TensorRT converts and the ONNX dynamo exporter
 translates. The length must be static (the scans' slices are planned at trace time); for a dynamic
-length use :mod:`ssmscan.ops.selective_scan.loop`.
+length use :mod:`ssmscan.ops.selective_scan.loop`. Checked on torch 2.13 CPU: the traced graph
+passes ``ssmscan.passes.check_tensorrt_ready``, exports to ONNX (runs in ONNX Runtime) and compiles
+with AOTInductor; timings in :mod:`ssmscan.passes.decompose_selective_scan`.
 
 Numerics follow the kernels: all arithmetic in float32 (float64 for float64 inputs); ``out`` in the
 dtype of ``u``, ``last_state`` in the state dtype, both fresh and contiguous (the contract of
