@@ -35,9 +35,17 @@ def set_checkpoint_len(k: int) -> None:
         mod.CHECKPOINT_LEN = k
 
 
+DEFAULT_SPLIT = (triton_common.TARGET_WARPS, triton_common.SPLIT_BELOW_WARPS)
+
+
 def set_target_warps(w: int) -> None:
-    """Note [selective scan segments]: 0 = never split L; larger = split L into more segments."""
-    triton_common.TARGET_WARPS = w
+    """Note [selective scan segments]: -1 = the library's policy (``TARGET_WARPS`` with
+    ``SPLIT_BELOW_WARPS``); 0 = never split L; w > 0 = split L whenever the launch has fewer
+    than w warps, aiming at w."""
+    if w < 0:
+        triton_common.TARGET_WARPS, triton_common.SPLIT_BELOW_WARPS = DEFAULT_SPLIT
+    else:
+        triton_common.TARGET_WARPS, triton_common.SPLIT_BELOW_WARPS = w, w
 
 
 def make(batch, dim, L, N, dtype, seed=0):
@@ -196,7 +204,9 @@ def main():
     ap.add_argument("--out", default="bench_gpu.json")
     ap.add_argument("--ck", default="256", help="checkpoint lengths to time")
     ap.add_argument(
-        "--targets", default="0,2112,8448", help="TARGET_WARPS values to time (0: no L split)"
+        "--targets",
+        default="-1",
+        help="TARGET_WARPS values to time (-1: the library's policy, 0: no L split)",
     )
     ap.add_argument("--shapes", default=None, help="e.g. 8x4096x2048x16,1x1024x65536x16")
     ap.add_argument("--tol-fwd", type=float, default=None)

@@ -66,15 +66,22 @@ def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
 
-# Warps (batch x channel blocks x segments) the launchers aim for before splitting L: 132
-# multiprocessors x 16 warps. A module constant so the benchmark can time other choices.
+# Warps (batch x channel blocks x segments) the launchers aim for when they split L: 132
+# multiprocessors x 16 warps. Module constants so the benchmark can time other choices.
 TARGET_WARPS = 132 * 16
+# ... and they split only below this many warps. Measured on the H200 (2026-11-30, tiled forward):
+# at 768 and 1024 warps (16x1536 and 8x4096 channels) no split was faster (fwd 1.40 vs 1.77 ms,
+# fwd+bwd 9.7 vs 11.1 ms at 8x4096x2048 fp32); at 32 and 48 warps (batch 1) the split was 5-18x
+# faster. 512 (about 4 warps per multiprocessor) lies between the measured points.
+SPLIT_BELOW_WARPS = 512
 
 
 def segments(warps: int, n_chunks: int) -> tuple[int, int]:
     """(NSEG, SEG): split ``n_chunks`` checkpoint chunks into NSEG segments of SEG chunks (the last
     may be shorter) when ``warps`` (batch x channel blocks x warps per block) is below
-    ``TARGET_WARPS``; (1, n_chunks) otherwise. Note [selective scan segments]."""
+    ``SPLIT_BELOW_WARPS``, aiming at ``TARGET_WARPS``; (1, n_chunks) otherwise. Note [selective scan segments]."""
+    if warps >= SPLIT_BELOW_WARPS:
+        return 1, max(n_chunks, 1)
     want = max(1, min(n_chunks, -(-TARGET_WARPS // max(warps, 1))))
     seg = max(1, -(-n_chunks // want))
     return -(-n_chunks // seg) if n_chunks > 0 else 1, max(seg, 1)
