@@ -303,3 +303,11 @@ def test_declines_leave_graph_untouched_and_pass_is_idempotent():
     code = ep.graph_module.code
     assert not lower_associative_scan(ep).changed
     assert ep.graph_module.code == code
+
+
+@pytest.mark.parametrize("kind", ["fake_cuda", "direct"])
+def test_assert_plain_catches_an_unlowered_hop(kind):
+    """The helper every lowering test relies on must fail on a graph that still holds the HOP."""
+    ep = export(kind, affine, _affine_inputs(7, 0, 0), dim=0)
+    with pytest.raises(AssertionError, match="associative_scan"):
+        assert_plain(ep)
