@@ -1,0 +1,156 @@
+"""What every export target shares: the result object, its report, stage timing, graph census."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch._ops import HigherOrderOperator
+
+TARGETS = ("export", "onnx", "aoti", "tensorrt", "executorch")
+
+
+class TargetUnavailable(RuntimeError):
+    """The target cannot run on this machine (a missing package, no GPU, no TensorRT runtime);
+    the message says what is missing and how to get it."""
+
+
+@dataclass
+class ExportReport:
+    """What an export did and produced.
+
+    Attributes:
+        target: the target name.
+        realization: how the ssmscan ops were realized: ``"kernel"`` (kept as ssmscan ops),
+            ``"parallel"`` (aten parallel scan) or ``"loop"`` (``higher_order.scan``).
+        node_count: ``call_function`` nodes of the final graph (submodules included).
+        op_counts: calls per op of the final graph.
+        leftover_ops: calls that are neither aten ops nor ``getitem`` (ssmscan ops, higher-order
+            ops, other custom ops), with their counts.
+        stage_seconds: wall time of each stage, in order.
+        artifact_bytes: size of the artifact file, when there is one.
+        notes: decisions of the passes and anything else worth knowing.
+    """
+
+    target: str
+    realization: str = "kernel"
+    node_count: int = 0
+    op_counts: dict[str, int] = field(default_factory=dict)
+    leftover_ops: dict[str, int] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    artifact_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the enclosed block as stage ``name``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[name] = time.perf_counter() - t0
+
+    def census(self, program: Any) -> None:
+        """Fill ``node_count``, ``op_counts`` and ``leftover_ops`` from ``program``'s graph."""
+        self.op_counts = dict(op_census(program))
+        self.node_count = sum(self.op_counts.values())
+        self.leftover_ops = {
+            k: v for k, v in self.op_counts.items() if not is_plain_aten(k) and k != "getitem"
+        }
+
+    def summary(self) -> str:
+        """One line: target, realization, nodes, leftover ops, size, total time."""
+        size = f", {self.artifact_bytes / 1e3:.0f} kB" if self.artifact_bytes is not None else ""
+        left = ", ".join(f"{k} x{v}" for k, v in self.leftover_ops.items()) or "none"
+        total = sum(self.stage_seconds.values())
+        return (
+            f"{self.target}: realization {self.realization}, {self.node_count} nodes, "
+            f"leftover non-aten ops: {left}{size}, {total:.1f} s"
+        )
+
+
+@dataclass
+class ExportResult:
+    """An exported model: the artifact, where it lies, how to run it, and the report.
+
+    Attributes:
+        target: the target name.
+        artifact: the ``ExportedProgram`` (``"export"``), the ``onnx.ModelProto``-producing
+            ``torch.onnx.ONNXProgram`` (``"onnx"``), the loaded AOTInductor package (``"aoti"``),
+            the compiled module (``"tensorrt"``) or the ExecuTorch program (``"executorch"``).
+        path: the artifact file, for targets that write one (else ``None``).
+        report: the :class:`ExportReport`.
+    """
+
+    target: str
+    artifact: Any
+    path: str | None
+    report: ExportReport
+    _runner: Callable[..., Sequence[torch.Tensor]] = field(repr=False, default=lambda *a: ())
+
+    def run(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
+        """Run the artifact on ``inputs`` (same structure as the example inputs); returns the
+        outputs flattened (the leaves of the model's output pytree, in order), for every target."""
+        return tuple(self._runner(*inputs))
+
+
+def flat_outputs(out: Any) -> list[torch.Tensor]:
+    """The tensor leaves of a model's output pytree (dataclasses registered with torch.export
+    included)."""
+    return [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+
+
+def target_name(target: Any) -> str:
+    if isinstance(target, HigherOrderOperator):
+        return f"higher_order.{target.__name__}"
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._opname}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def op_census(program: Any) -> Counter[str]:
+    gm = program.graph_module if isinstance(program, torch.export.ExportedProgram) else program
+    counts: Counter[str] = Counter()
+    for mod in gm.modules():
+        if isinstance(mod, fx.GraphModule):
+            for node in mod.graph.nodes:
+                if node.op == "call_function":
+                    counts[target_name(node.target)] += 1
+    return counts
+
+
+def is_plain_aten(name: str) -> bool:
+    return name.startswith(("aten.", "prims.")) or name in ("sym_size", "sym_numel")
+
+
+def file_size(path: str | None) -> int | None:
+    if path is None or not os.path.exists(path):
+        return None
+    if os.path.isdir(path):
+        return sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
+        )
+    return os.path.getsize(path)
+
+
+def example_device(example_inputs: tuple[Any, ...]) -> torch.device:
+    for x in pytree.tree_leaves(example_inputs):
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def has_dynamic_dims(dynamic_shapes: Any) -> bool:
+    """Whether a ``dynamic_shapes`` spec marks any dimension dynamic."""
+    if dynamic_shapes is None:
+        return False
+    leaves = pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: x is None)
+    return any(leaf is not None for leaf in leaves)
