@@ -3,6 +3,7 @@
 Public names only; see the README for the API.
 """
 
+from ssmscan.export import export  # the function; ``ssmscan.export.<target>`` modules via import
 from ssmscan.ops.linear_scan.api import linear_scan
 from ssmscan.ops.linear_scan.reference import linear_scan_reference
 from ssmscan.ops.selective_scan.api import selective_scan
@@ -13,6 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "export",
     "linear_scan",
     "linear_scan_reference",
     "selective_scan",
