@@ -1,14 +1,18 @@
-"""Offline sm_90 resource / SASS report of the Triton selective-scan forward (no GPU needed).
+"""Offline sm_90 resource / SASS report of the Triton selective-scan kernels (no GPU needed).
 
-Compiles ``_selective_scan_fwd_kernel`` for an H100/H200 target (``GPUTarget("cuda", 90, 32)``)
+Compiles ``_selective_scan_fwd_kernel`` (or, with ``--bwd``, the backward main kernel of each
+``triton_bwd.BWD_VARIANT``) for an H100/H200 target (``GPUTarget("cuda", 90, 32)``)
 with the benchmark shapes' specialization (pointers and ints divisible by 16 marked as Triton's JIT
 would), real configuration (z, D, delta_bias, softplus), the BLOCK_D / num_warps that
 ``triton_common.block_channels`` picks, then disassembles the cubin with the ``cuobjdump`` that
 ships with Triton and prints registers, spills, shared memory and instruction counts: for the
 whole kernel and per time step of the main loop (the backward branch spanning the most MUFU.EX2;
-its count divided by the steps per iteration).
+its count divided by the steps per iteration). For the backward the two loops with the most
+MUFU.EX2 are reported: the reverse tile loop ("rev": recompute + adjoint + gradients) and the chunk
+pass ("chunk": tile-start states into the scratch), each per time step (4 steps per iteration).
 
     python benchmarks/selective_scan/sass_report.py [--variant column tile] [--dump DIR]
+    python benchmarks/selective_scan/sass_report.py --bwd [--variant column tile]
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 
-from ssmscan.ops.selective_scan import triton_common, triton_fwd
+from ssmscan.ops.selective_scan import triton_bwd, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 
 SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
@@ -106,6 +110,55 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
     return v, warps, nseg
 
 
+def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int, int]:
+    """Arguments of the backward main kernel as ``triton_bwd.launch`` passes them."""
+    NP = triton_common.pad_states(N)
+    block_d, warps = triton_bwd.bwd_block_channels(batch, dim, 1)
+    NCK = num_checkpoints(L)
+    nseg, seg = triton_common.segments(batch * triton.cdiv(dim, block_d) * warps, NCK - 1)
+    v = dict(
+        dout=f"*{dt}",
+        dlast="*fp32",
+        u=f"*{dt}",
+        delta=f"*{dt}",
+        A2t="*fp32",
+        Bt="*fp32",
+        Ct="*fp32",
+        Dv="*fp32",
+        z=f"*{dt}",
+        delta_bias="*fp32",
+        ckpt="*fp32",
+        seg_adj="*fp32",
+        scratch="*fp32",
+        du=f"*{dt}",
+        ddelta=f"*{dt}",
+        dz=f"*{dt}",
+        dAp="*fp32",
+        dBp="*fp32",
+        dCp="*fp32",
+        dDp="*fp32",
+        dbiasp="*fp32",
+        dinit="*fp32",
+        dim=dim,
+        L=L,
+        G=1,
+        NCK=NCK,
+        SEG=seg,
+        SOFTPLUS=True,
+        NP=NP,
+        CK=CHECKPOINT_LEN,
+        BLOCK_D=block_d,
+        HAS_D=True,
+        HAS_Z=True,
+        HAS_BIAS=True,
+        HAS_DLAST=False,
+        HAS_SEG=nseg > 1,
+    )
+    kernel = triton_bwd.BWD_VARIANTS[triton_bwd.BWD_VARIANT]
+    v.update(triton_bwd.variant_constexprs(kernel, True, block_d, warps))
+    return v, warps, nseg
+
+
 def sass_of(kernel, values: dict, warps: int, dump: str | None, tag: str) -> tuple[dict, str]:
     sig, const, attrs = _sig(kernel, values)
     src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
@@ -155,19 +208,24 @@ def count(instrs) -> collections.Counter:
     return c
 
 
-def main_loop(instrs) -> list:
-    """Instructions of the backward branch (loop) whose body has the most MUFU.EX2."""
-    best: list = []
-    best_ex2 = -1
+def loops(instrs) -> list[list]:
+    """Bodies of the innermost loops (backward branches whose body holds no other backward
+    branch), most MUFU.EX2 first."""
+    spans = []
     for addr, op, args in instrs:
         if op.startswith("BRA"):
             m = re.search(r"0x([0-9a-f]+)", args)
             if m and int(m[1], 16) < addr:
-                body = [i for i in instrs if int(m[1], 16) <= i[0] <= addr]
-                ex2 = sum(op2.startswith("MUFU.EX2") for _, op2, _ in body)
-                if ex2 > best_ex2:
-                    best, best_ex2 = body, ex2
-    return best
+                spans.append((int(m[1], 16), addr))
+    inner = [s for s in spans if not any(s[0] <= o[0] and o[1] < s[1] for o in spans if o != s)]
+    bodies = [[i for i in instrs if lo <= i[0] <= hi] for lo, hi in inner]
+    return sorted(bodies, key=lambda b: -sum(op.startswith("MUFU.EX2") for _, op, _ in b))
+
+
+def main_loop(instrs) -> list:
+    """Instructions of the backward branch (loop) whose body has the most MUFU.EX2."""
+    found = loops(instrs)
+    return found[0] if found else []
 
 
 def fmt(c: collections.Counter, per: float = 1.0) -> str:
@@ -183,7 +241,11 @@ def main() -> None:
     ap.add_argument("--shape", type=int, nargs=4, action="append", default=None)
     ap.add_argument("--local", action="store_true", help="also the LOCAL pass (L split)")
     ap.add_argument("--dump", default=None, help="write ttgir / ptx / sass here")
+    ap.add_argument("--bwd", action="store_true", help="the backward main kernel instead")
     a = ap.parse_args()
+    if a.bwd:
+        bwd_main(a)
+        return
     variants = a.variant or list(triton_fwd.FWD_VARIANTS)
     shapes = [tuple(s) for s in a.shape] if a.shape else SHAPES
     old = triton_fwd.FWD_VARIANT
@@ -207,6 +269,29 @@ def main() -> None:
                     print(f"  kernel: {fmt(count(instrs))}")
                     print(f"  per step ({steps} steps/iter): {fmt(count(loop), steps)}")
     triton_fwd.FWD_VARIANT = old
+
+
+def bwd_main(a) -> None:
+    variants = a.variant or list(triton_bwd.BWD_VARIANTS)
+    shapes = [tuple(s) for s in a.shape] if a.shape else SHAPES
+    old = triton_bwd.BWD_VARIANT
+    for var in variants:
+        triton_bwd.BWD_VARIANT = var
+        kernel = triton_bwd.BWD_VARIANTS[var]
+        for shape in shapes:
+            for dt in a.dtype:
+                v, warps, nseg = bwd_values(*shape, DTYPES[dt])
+                tag = f"bwd-{var}-{'x'.join(map(str, shape))}-{dt}"
+                meta, sass = sass_of(kernel, v, warps, a.dump, tag)
+                instrs = parse(sass)
+                print(
+                    f"{tag}: BLOCK_D={v['BLOCK_D']} warps={warps} NSEG={nseg} "
+                    f"regs={meta['regs']} stack={meta['stack']} local={meta['local']} smem={meta['shared']}"
+                )
+                print(f"  kernel: {fmt(count(instrs))}")
+                for name, body in zip(("rev", "chunk"), loops(instrs)):
+                    print(f"  {name} per step (4 steps/iter): {fmt(count(body), 4)}")
+    triton_bwd.BWD_VARIANT = old
 
 
 if __name__ == "__main__":

@@ -26,6 +26,36 @@ Reductions are deterministic: dB / dC over the channels of a program are tree su
 written to per-block partial buffers, dA / dD / ddelta_bias to per-(batch, segment) partials; the
 launcher sums the partials with ``torch.sum``. With L split into segments (Note [selective scan
 segments]) a local adjoint pass and a carry pass first give each segment its entering adjoint.
+
+Note [selective scan backward tiles]
+------------------------------------
+``BWD_VARIANT`` picks the main kernel; read them with ``benchmarks/selective_scan/sass_report.py
+--bwd`` (sm_90, per time step of the reverse-tile loop, (8, 4096, 2048, 16) fp32, real config):
+
+* "column" (``_selective_scan_bwd_kernel``): state offsets that Triton proves 16-aligned, so it
+  vectorizes them along the channels and spreads a channel's states over threads and warps
+  (Note [selective scan forward tiles]); one column load / store of u / delta / z / dout / du /
+  ddelta / dz per step (26 LDG.32 + 5 STG.32), 25 BAR + 26 STS / LDS + 50 SHFL, 583 instructions,
+  255 registers, 152-byte stack;
+* "tile" (``_selective_scan_bwd_tile_kernel``): one channel per thread with all its states (the
+  ``max(dim, 1)`` of the forward), (BLOCK_D, 4) tiles of u / delta / z / dout read and du / ddelta
+  / dz written as one vector per thread (the columns taken in registers with ``_col``); but every
+  dB_t / dC_t sum over the block's channels is now a 5-level butterfly on all NP values per thread
+  (``tl.sum(axis=0)``): 160 SHFL per step, plus shared memory across warps;
+* "tile_rs": the same with the dB_t / dC_t sums as a *reduce-scatter* over the lanes of one warp
+  (``_warp_reduce_scatter``, BLOCK_D = 32, one warp per program, so no cross-warp step and no
+  barriers): at each butterfly level a lane sends the half of its values it gives up and adds the
+  half it keeps, so NP = 16 values cost 8 + 4 + 2 + 1 + 1 = 16 shuffles instead of 80, and lane l
+  ends with state ``l % NP`` (``l + 32 i`` for NP > 32), which it stores. 32 SHFL and 550
+  instructions per step, no BAR / STS / LDS. It needs ``shfl.sync`` / ``%laneid`` inline PTX and
+  the row-per-lane layout (checked in the TTGIR: every blocked / linear layout of the kernel puts
+  the 32 lanes along the channels), so on CPU tensors (the interpreter) it runs as "tile": its GPU
+  path is checked only by the GPU tests. Per-block partials: dim / 32 blocks of (batch, L, NP).
+
+All keep the contract: deterministic per-block / per-segment partials summed by ``torch.sum``.
+Still open in all: 255 registers with spills (the B_t / C_t vectors of a tile are loaded twice,
+recompute and adjoint, and the compiler hoists them), three exp2 per (d, n, t), and the tile-start
+scratch (batch x dim x L x NP / 4 floats written and read once).
 """
 
 from __future__ import annotations
@@ -49,6 +79,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     prep_BC,
     segments,
 )
+from ssmscan.ops.selective_scan.triton_fwd import _col
 
 LN2 = math.log(2.0)
 
@@ -413,6 +444,426 @@ def _selective_scan_bwd_kernel(
 
 
 @triton.jit
+def _bfly(x, MASK: tl.constexpr):
+    """Lane ``laneid ^ MASK``'s x (``shfl.sync.bfly``; fp32 through its bits)."""
+    xi = x.to(tl.int32, bitcast=True)
+    if MASK == 1:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 1, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 2:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 2, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 4:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 8:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 8, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    else:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 16, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    return r.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _lane_id(like):
+    """%laneid of the thread holding each element of the int32 tensor ``like``."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %laneid;", "=r,r", [like], tl.int32, True, 1)
+
+
+@triton.jit
+def _warp_reduce_scatter(x, lane, BLOCK_D: tl.constexpr, K: tl.constexpr):
+    """Sum of the (BLOCK_D, K) x over the 32 lanes of the (one) warp, scattered: returns
+    (BLOCK_D, max(K // 32, 1)) where lane l holds the sums of columns n = 32 i + l (K >= 32) or
+    n = l % K (K < 32). Note [selective scan backward tiles]."""
+    for lvl in tl.static_range(5):
+        if (1 << lvl) < K:
+            a, b = tl.split(tl.reshape(x, (BLOCK_D, K >> (lvl + 1), 2)))  # even / odd columns
+            hi = ((lane >> lvl) & 1)[:, None] == 1
+            x = tl.where(hi, b, a) + _bfly(tl.where(hi, a, b), 1 << lvl)
+        else:
+            x = x + _bfly(x, 1 << lvl)
+    return x
+
+
+@triton.jit
+def _store_block_sum(base, x, lane, m, NP: tl.constexpr, BLOCK_D: tl.constexpr, RS: tl.constexpr):
+    """Store the sum over the block's channels of the (BLOCK_D, NP) x to base[0:NP] (if m): with
+    RS one warp's reduce-scatter (``_warp_reduce_scatter``), else ``tl.sum``."""
+    if RS:
+        KR: tl.constexpr = NP // 32 if NP >= 32 else 1
+        r = _warp_reduce_scatter(x, lane, BLOCK_D, NP)  # (BLOCK_D, KR)
+        o_n = tl.arange(0, KR)[None, :] * 32 + lane[:, None]  # the state each lane holds
+        tl.store(base + o_n, r, mask=m & (o_n < NP))
+    else:
+        tl.store(base + tl.arange(0, NP), tl.sum(x, axis=0), mask=m)
+
+
+@triton.jit
+def _tile_inputs(
+    u,
+    delta,
+    dout,
+    z,
+    row,
+    m_d,
+    o_t,
+    t0,
+    L,
+    b_bias,
+    SOFTPLUS: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """(BLOCK_D, TT) tiles of steps t0 .. t0 + TT - 1, each thread one row of TT contiguous steps
+    (Note [selective scan backward tiles]): (mask, offsets, u, x = delta + bias, dt, dout, z,
+    sigmoid(z), dy)."""
+    o_tt = t0 + o_t
+    m = m_d[:, None] & (o_tt < L)[None, :]
+    p = row[:, None] + o_tt[None, :]
+    b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
+    b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_x += b_bias[:, None]
+    if SOFTPLUS:
+        b_dt = _softplus(b_x)
+    else:
+        b_dt = b_x
+    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
+    if HAS_Z:
+        b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
+        sig_z = _sigmoid(b_z)
+        b_dy = b_do * b_z * sig_z
+    else:
+        b_z = b_do
+        sig_z = b_do
+        b_dy = b_do
+    return m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
+
+
+@triton.jit
+def _tile_recompute(
+    h,
+    b_A2,
+    dt,
+    dtu,
+    dy,
+    p_B,
+    p_C,
+    dC0,
+    lane,
+    t,
+    L,
+    NP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    RS: tl.constexpr,
+):
+    """``_recompute_step`` on (BLOCK_D,) columns taken from the tiles; dC0 the scalar pointer to
+    this block's partial dC at step 0."""
+    m = t < L
+    b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
+    b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
+    h = tl.exp2(dt[:, None] * b_A2) * h + dtu[:, None] * b_B[None, :]
+    y = tl.sum(h * b_C[None, :], axis=1)
+    _store_block_sum(dC0 + t * NP, h * dy[:, None], lane, m, NP, BLOCK_D, RS)
+    return h, y
+
+
+@triton.jit
+def _tile_adjoint(
+    G,
+    h_prev,
+    b_A2,
+    dt,
+    dtu,
+    dy,
+    p_B,
+    p_C,
+    dB0,
+    lane,
+    dA_acc,
+    t,
+    L,
+    NP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    RS: tl.constexpr,
+):
+    """``_adjoint_step`` with the dB partial through ``_store_block_sum``."""
+    m = t < L
+    b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
+    b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
+    g = G + b_C[None, :] * dy[:, None]
+    ga = g * tl.exp2(dt[:, None] * b_A2)
+    q = ga * h_prev
+    dA_acc += q * dt[:, None]
+    qA = tl.sum(q * b_A2, axis=1)
+    gB = tl.sum(g * b_B[None, :], axis=1)
+    _store_block_sum(dB0 + t * NP, g * dtu[:, None], lane, m, NP, BLOCK_D, RS)
+    return ga, dA_acc, qA, gB
+
+
+@triton.jit
+def _selective_scan_bwd_tile_kernel(
+    dout,  # (batch, dim, L) gradient of out, u's dtype
+    dlast,  # (batch, NP, dim) fp32 gradient of the last state, or None
+    u,  # (batch, dim, L)
+    delta,  # (batch, dim, L)
+    A2t,  # (NP, dim) fp32, A * log2(e)
+    Bt,  # (batch, G, L, NP) fp32
+    Ct,  # (batch, G, L, NP) fp32
+    Dv,  # (dim,) fp32 or None
+    z,  # (batch, dim, L) or None
+    delta_bias,  # (dim,) fp32 or None
+    ckpt,  # (batch, NCK, NP, dim) fp32 state before each chunk, last entry the final state
+    seg_adj,  # (batch, NSEG, NP, dim) fp32 adjoint entering each segment from the right, or None
+    scratch,  # (batch, NSEG, CK // 4, NP, dim) fp32 tile-start states of the current chunk
+    du,  # (batch, dim, L) out, u's dtype
+    ddelta,  # (batch, dim, L) out, delta's dtype
+    dz,  # (batch, dim, L) out, or None when z is None
+    dAp,  # (batch, NSEG, NP, dim) fp32 per-(batch, segment) partial dA
+    dBp,  # (dim // BLOCK_D, batch, L, NP) fp32 per-block partial dB
+    dCp,  # (dim // BLOCK_D, batch, L, NP) fp32 per-block partial dC
+    dDp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial dD, or None
+    dbiasp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial ddelta_bias, or None
+    dinit,  # (batch, NP, dim) fp32 gradient of the initial state
+    dim,  # channels
+    L,  # sequence length
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SEG,  # chunks per segment (program axis 2)
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_DLAST: tl.constexpr,
+    HAS_SEG: tl.constexpr,  # L split into segments: seg_adj given
+    RS: tl.constexpr,  # dB / dC by one warp's reduce-scatter (BLOCK_D == 32, one warp; GPU only)
+):
+    """Note [selective scan backward] with Note [selective scan backward tiles]."""
+    NT: tl.constexpr = CK // 4
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    o_n = tl.arange(0, NP)
+    o_t = tl.arange(0, 4)
+    # (BLOCK_D, NP) offsets in the channel-contiguous layout; max hides dim's divisibility by 16
+    # (one channel with all its states per thread, Note [selective scan forward tiles])
+    o_nd = o_n[None, :] * tl.maximum(dim, 1) + o_d[:, None]
+    m_d2 = m_d[:, None]
+    SZ = NP * dim  # one state-shaped entry
+
+    b_A2 = tl.load(A2t + o_nd, mask=m_d2, other=0.0)
+    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)
+    bc = (i_b * G + grp) * L * NP + o_n
+    p_B = Bt + bc
+    p_C = Ct + bc
+    part = (i_d * tl.num_programs(1) + i_b) * L * NP  # this block's rows of the partial buffers
+    dB0 = dBp + part
+    dC0 = dCp + part
+    lane = _lane_id(o_d) if RS else o_d  # RS: the lane holding each channel
+    p_ck = ckpt + i_b * NCK * SZ + o_nd
+    i_bs = i_b * NSEG + i_s
+    p_sc = scratch + i_bs * NT * SZ + o_nd
+
+    if HAS_DLAST:
+        G_adj = tl.load(dlast + i_b * SZ + o_nd, mask=m_d2, other=0.0)
+    else:
+        G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    if HAS_SEG:  # constexpr: seg_adj is None with one segment
+        if i_s < NSEG - 1:
+            G_adj = tl.load(seg_adj + i_bs * SZ + o_nd, mask=m_d2, other=0.0)
+    dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+
+    c0 = i_s * SEG
+    c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
+    for cc in range(0, c1 - c0):
+        c = c1 - 1 - cc
+        t_beg = c * CK
+        n_tiles = (tl.minimum(t_beg + CK, L) - t_beg + 3) // 4  # >= 1
+        # chunk pass: tile-start states into the scratch (each thread writes and reads back only
+        # its own channel's entries; the barriers guard against different store / load layouts)
+        tl.debug_barrier()
+        h = tl.load(p_ck + c * SZ, mask=m_d2, other=0.0)
+        for k in range(0, n_tiles - 1):
+            t0 = t_beg + 4 * k
+            tl.store(p_sc + k * SZ, h, mask=m_d2)
+            o_tt = t0 + o_t
+            m = m_d[:, None] & (o_tt < L)[None, :]
+            p = row[:, None] + o_tt[None, :]
+            b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
+            b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                b_dt += b_bias[:, None]  # type: ignore[index]  # None only when the HAS_ flag is off
+            if SOFTPLUS:
+                b_dt = _softplus(b_dt)
+            b_dt = tl.where(m, b_dt, 0.0)
+            b_dtu = b_dt * b_u
+            for j in tl.static_range(4):
+                h = _state_step(
+                    h, b_A2, _col(b_dt, o_t, j), _col(b_dtu, o_t, j), p_B, t0 + j, L, NP
+                )
+        tl.store(p_sc + (n_tiles - 1) * SZ, h, mask=m_d2)
+        tl.debug_barrier()
+        # tiles in reverse
+        for kk in range(0, n_tiles):
+            k = n_tiles - 1 - kk
+            t0 = t_beg + 4 * k
+            hs = tl.load(p_sc + k * SZ, mask=m_d2, other=0.0)
+            m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
+                u, delta, dout, z, row, m_d, o_t, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+            )
+            b_dtu = b_dt * b_u
+            dt0 = _col(b_dt, o_t, 0)
+            dt1 = _col(b_dt, o_t, 1)
+            dt2 = _col(b_dt, o_t, 2)
+            dt3 = _col(b_dt, o_t, 3)
+            dtu0 = _col(b_dtu, o_t, 0)
+            dtu1 = _col(b_dtu, o_t, 1)
+            dtu2 = _col(b_dtu, o_t, 2)
+            dtu3 = _col(b_dtu, o_t, 3)
+            dy0 = _col(b_dy, o_t, 0)
+            dy1 = _col(b_dy, o_t, 1)
+            dy2 = _col(b_dy, o_t, 2)
+            dy3 = _col(b_dy, o_t, 3)
+            h0, y0 = _tile_recompute(
+                hs, b_A2, dt0, dtu0, dy0, p_B, p_C, dC0, lane, t0, L, NP, BLOCK_D, RS
+            )
+            h1, y1 = _tile_recompute(
+                h0, b_A2, dt1, dtu1, dy1, p_B, p_C, dC0, lane, t0 + 1, L, NP, BLOCK_D, RS
+            )
+            h2, y2 = _tile_recompute(
+                h1, b_A2, dt2, dtu2, dy2, p_B, p_C, dC0, lane, t0 + 2, L, NP, BLOCK_D, RS
+            )
+            _h3, y3 = _tile_recompute(
+                h2, b_A2, dt3, dtu3, dy3, p_B, p_C, dC0, lane, t0 + 3, L, NP, BLOCK_D, RS
+            )
+            G_adj, dA_acc, qA3, gB3 = _tile_adjoint(
+                G_adj,
+                h2,
+                b_A2,
+                dt3,
+                dtu3,
+                dy3,
+                p_B,
+                p_C,
+                dB0,
+                lane,
+                dA_acc,
+                t0 + 3,
+                L,
+                NP,
+                BLOCK_D,
+                RS,
+            )
+            G_adj, dA_acc, qA2, gB2 = _tile_adjoint(
+                G_adj,
+                h1,
+                b_A2,
+                dt2,
+                dtu2,
+                dy2,
+                p_B,
+                p_C,
+                dB0,
+                lane,
+                dA_acc,
+                t0 + 2,
+                L,
+                NP,
+                BLOCK_D,
+                RS,
+            )
+            G_adj, dA_acc, qA1, gB1 = _tile_adjoint(
+                G_adj,
+                h0,
+                b_A2,
+                dt1,
+                dtu1,
+                dy1,
+                p_B,
+                p_C,
+                dB0,
+                lane,
+                dA_acc,
+                t0 + 1,
+                L,
+                NP,
+                BLOCK_D,
+                RS,
+            )
+            G_adj, dA_acc, qA0, gB0 = _tile_adjoint(
+                G_adj,
+                hs,
+                b_A2,
+                dt0,
+                dtu0,
+                dy0,
+                p_B,
+                p_C,
+                dB0,
+                lane,
+                dA_acc,
+                t0,
+                L,
+                NP,
+                BLOCK_D,
+                RS,
+            )
+            # (BLOCK_D, 4) tiles of sum_n q A2, sum_n g B, y
+            c_t = o_t[None, :]
+            b_qA = tl.where(c_t == 0, qA0[:, None], qA1[:, None])
+            b_qA = tl.where(c_t == 2, qA2[:, None], b_qA)
+            b_qA = tl.where(c_t == 3, qA3[:, None], b_qA)
+            b_gB = tl.where(c_t == 0, gB0[:, None], gB1[:, None])
+            b_gB = tl.where(c_t == 2, gB2[:, None], b_gB)
+            b_gB = tl.where(c_t == 3, gB3[:, None], b_gB)
+            b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
+            b_du = b_dt * b_gB
+            if HAS_D:
+                b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the HAS_ flag is off
+                dD_acc += tl.sum(b_dy * b_u, axis=1)
+            if SOFTPLUS:
+                b_ddt = b_ddt * _sigmoid(b_x)
+            b_ddt = tl.where(m, b_ddt, 0.0)
+            dbias_acc += tl.sum(b_ddt, axis=1)
+            tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
+            tl.store(ddelta + p, b_ddt.to(ddelta.dtype.element_ty), mask=m)
+            if HAS_Z:
+                b_y = tl.where(c_t == 0, y0[:, None], y1[:, None])
+                b_y = tl.where(c_t == 2, y2[:, None], b_y)
+                b_y = tl.where(c_t == 3, y3[:, None], b_y)
+                if HAS_D:
+                    b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the HAS_ flag is off
+                b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+                tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
+    if i_s == 0:
+        tl.store(dinit + i_b * SZ + o_nd, G_adj, mask=m_d2)
+    tl.store(dAp + i_bs * SZ + o_nd, dA_acc, mask=m_d2)
+    if HAS_D:
+        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
+    if HAS_BIAS:
+        tl.store(dbiasp + i_bs * dim + o_d, dbias_acc, mask=m_d)
+
+
+@triton.jit
 def _selective_scan_bwd_local_kernel(
     dout,  # (batch, dim, L) gradient of out
     delta,  # (batch, dim, L)
@@ -511,6 +962,35 @@ def _selective_scan_bwd_carry_kernel(
         tl.store(seg_adj + p - SZ, G_adj, mask=m_d[:, None])
 
 
+# Which main kernel ``launch`` uses (Note [selective scan backward tiles]); a module constant so
+# the benchmark can time them side by side: "column" is the previous kernel (one (BLOCK_D,) column
+# of u / delta / z / dout / du / ddelta / dz per step; dim's alignment spreads the states over
+# threads), "tile" reads and writes (BLOCK_D, 4) tiles with one channel per thread and sums dB / dC
+# with ``tl.sum``, "tile_rs" sums them by a one-warp reduce-scatter (BLOCK_D 32, one warp per
+# program; on CPU tensors, i.e. under the interpreter, it runs as "tile").
+BWD_VARIANTS = {
+    "column": _selective_scan_bwd_kernel,
+    "tile": _selective_scan_bwd_tile_kernel,
+    "tile_rs": _selective_scan_bwd_tile_kernel,
+}
+BWD_VARIANT = "tile"
+
+
+def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
+    """Compile-time constants of ``BWD_VARIANT``'s kernel beyond the shared ones."""
+    if kernel is _selective_scan_bwd_kernel:
+        return {}
+    return dict(RS=BWD_VARIANT == "tile_rs" and on_gpu and block_d == 32 and warps == 1)
+
+
+def bwd_block_channels(batch: int, dim: int, G: int) -> tuple[int, int]:
+    """(BLOCK_D, num_warps) of the backward: the forward's ``block_channels``; "tile_rs" one warp
+    of 32 channels (its reduce-scatter sums over one warp) where the groups allow."""
+    if BWD_VARIANT == "tile_rs" and (G == 1 or (dim // G) % 32 == 0):
+        return 32, 1
+    return block_channels(batch, dim, G)
+
+
 def launch(
     dout: torch.Tensor,
     dlast_state: torch.Tensor | None,
@@ -568,7 +1048,7 @@ def launch(
     NP = pad_states(N)
     G = num_groups(B)
     assert CHECKPOINT_LEN % TILE_T == 0
-    block_d, warps = block_channels(batch, dim, G)
+    block_d, warps = bwd_block_channels(batch, dim, G)
     nblk = triton.cdiv(dim, block_d)
     dev = u.device
     f32 = torch.float32
@@ -644,7 +1124,8 @@ def launch(
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, NP, dim), dtype=f32, device=dev)
-    launcher(_selective_scan_bwd_kernel)[(nblk, batch, nseg)](
+    kernel = BWD_VARIANTS[BWD_VARIANT]
+    launcher(kernel)[(nblk, batch, nseg)](
         dout_c,
         dlast_t,
         u.contiguous(),
@@ -682,6 +1163,7 @@ def launch(
         HAS_DLAST=dlast_state is not None,
         HAS_SEG=nseg > 1,
         num_warps=warps,
+        **variant_constexprs(kernel, u.is_cuda, block_d, warps),
     )
     dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L)
