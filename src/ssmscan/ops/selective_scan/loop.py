@@ -62,6 +62,11 @@ def run_scan(
         >>> run_scan(step, torch.zeros(2), [torch.ones(3, 2)])[1][:, 0]
         tensor([1., 2., 3.])
     """
+    if isinstance(xs[0].shape[0], int) and xs[0].shape[0] == 1:
+        # a static single step needs no loop; and AOTInductor's C++ code for a one-iteration
+        # scan does not compile (torch 2.13: "conflicting declaration 'auto buf16'")
+        last, y = step(init, *(x[0] for x in xs), *additional)
+        return last, y.unsqueeze(0)
     if torch.compiler.is_dynamo_compiling():
 
         def combine(
