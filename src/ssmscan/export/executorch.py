@@ -57,10 +57,6 @@ def build(
     algorithm: str,
 ) -> ExportResult:
     """Export, realize the ssmscan ops, lower to ExecuTorch, write ``.pte``, load its runtime."""
-    _require_executorch()
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime
-
     realization = realization or "loop"
     if realization == "parallel" and has_dynamic_dims(dynamic_shapes):
         raise ValueError(
@@ -68,6 +64,10 @@ def build(
             "scan is planned for one length); got dynamic_shapes. Use realization='loop' "
             "(higher_order.scan, run as a loop by ExecuTorch) or export at a fixed length."
         )
+    _require_executorch()
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
     report = ExportReport("executorch")
     ep = export_program(model, example_inputs, dynamic_shapes, report)
     lower_for_loop_backends(ep, realization, algorithm, report)
