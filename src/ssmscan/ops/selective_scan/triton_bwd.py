@@ -973,7 +973,11 @@ BWD_VARIANTS = {
     "tile": _selective_scan_bwd_tile_kernel,
     "tile_rs": _selective_scan_bwd_tile_kernel,
 }
-BWD_VARIANT = "tile"
+# H200, 2026-11-30, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md):
+# tile_rs / tile / column = 6.69 / 10.23 / 9.74 at 8x4096x2048 fp32, 2.86 / 3.58 / 3.75 at
+# 16x1536x1024 fp32, 9.60 / 10.86 / 10.75 at 1x1024x65536 fp32; tile_rs fastest at every shape
+# and dtype timed, and correct on the GPU (fp32, bf16 vs float64: benchmarks/selective_scan/gpu_errors.py).
+BWD_VARIANT = "tile_rs"
 
 
 def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
