@@ -58,6 +58,8 @@ def export(
         ValueError: an unknown target/realization, or a combination that cannot work (a dynamic
             length with ``realization="parallel"`` or with ``"tensorrt"``), naming the alternative.
         TargetUnavailable: the target's packages or hardware are missing here; says what to install.
+        ssmscan.export.tensorrt.NotTensorRTReady: the lowered graph still holds ops Torch-TensorRT
+            cannot convert (listed in the message).
 
     Example:
         >>> import torch, ssmscan

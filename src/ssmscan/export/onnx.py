@@ -69,6 +69,8 @@ def build(
     report.census(ep)
     with report.stage("onnx"):
         onnx_program = torch.onnx.export(ep, dynamo=True, opset_version=opset, verbose=False)
+    if onnx_program is None:  # only the legacy (dynamo=False) exporter returns None
+        raise RuntimeError("torch.onnx.export(dynamo=True) returned no ONNXProgram")
     if path is None:
         import tempfile
 
