@@ -128,6 +128,7 @@ class BenchRow:
         rel_error: forward error against float64 on a channel slice (``max|x - ref| / max|ref|``).
         ok: whether the error is within the float32 tolerance (only then is it timed).
         fwd_ms, fwd_bwd_ms: median times in milliseconds (None when not timed).
+        skipped: why a correct implementation was not timed (the loop above ``anchor_max_len``).
     """
 
     impl: str
@@ -136,6 +137,7 @@ class BenchRow:
     ok: bool
     fwd_ms: float | None = None
     fwd_bwd_ms: float | None = None
+    skipped: str | None = None
 
 
 @dataclass
@@ -189,7 +191,7 @@ def check(fn: ScanFn, shape: tuple[int, int, int, int], device: str, channels: i
     return rel_error(out, ref)
 
 
-def _median_ms(call: Callable[[], Any], device: str, reps: int) -> float:
+def _median_ms(call: Callable[[], Any], device: str, reps: int, warmup: bool = True) -> float:
     if device == "cuda":
         try:
             import triton.testing
@@ -197,7 +199,8 @@ def _median_ms(call: Callable[[], Any], device: str, reps: int) -> float:
             return float(triton.testing.do_bench(call, return_mode="median"))
         except ImportError:
             pass
-    call()  # warm-up
+    if warmup:
+        call()
     times = []
     for _ in range(reps):
         if device == "cuda":
@@ -215,9 +218,10 @@ def _median_ms(call: Callable[[], Any], device: str, reps: int) -> float:
 
 
 def time_impl(
-    fn: ScanFn, shape: tuple[int, int, int, int], device: str, reps: int
+    fn: ScanFn, shape: tuple[int, int, int, int], device: str, reps: int, warmup: bool = True
 ) -> tuple[float, float]:
-    """Median forward and forward+backward times of ``fn`` in milliseconds."""
+    """Median forward and forward+backward times of ``fn`` in milliseconds (``warmup``: one
+    untimed call of each first)."""
     kw = _inputs(shape, device, requires_grad=False)
 
     def fwd() -> None:
@@ -234,7 +238,7 @@ def time_impl(
         out = fn(**kw_grad)
         torch.autograd.grad(out, tensors, dout)
 
-    return _median_ms(fwd, device, reps), _median_ms(fwd_bwd, device, reps)
+    return _median_ms(fwd, device, reps, warmup), _median_ms(fwd_bwd, device, reps, warmup)
 
 
 def run(
@@ -245,6 +249,7 @@ def run(
     d_state: int,
     reps: int,
     anchor_reps: int,
+    anchor_max_len: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> BenchResult:
     """Check and time every implementation for ``device`` at each length.
@@ -254,7 +259,11 @@ def run(
         lengths: sequence lengths L.
         batch, dim, d_state: the other sizes (u is (batch, dim, L); the state has d_state).
         reps: timed calls per median for ssmscan (and mamba-ssm).
-        anchor_reps: timed calls per median for the sequential loop (slow).
+        anchor_reps: timed calls per median for the sequential loop (slow; no warm-up call
+            beyond the correctness check, which runs its forward once).
+        anchor_max_len: the sequential loop is timed only up to this length (its backward
+            materializes a (batch, dim, L, N) gradient per step: O(L^2) memory traffic, a minute
+            per call at L=2048, dim 256); None: no limit.
         progress: called with a line of text as each measurement finishes.
 
     Returns:
@@ -273,16 +282,20 @@ def run(
         for name, fn in impls.items():
             err = check(fn, shape, device)
             row = BenchRow(name, shape, err, ok=err <= tol)
-            if row.ok:
-                n = anchor_reps if name == "loop" else reps
-                row.fwd_ms, row.fwd_bwd_ms = time_impl(fn, shape, device, n)
+            is_loop = name == "loop"
+            if row.ok and is_loop and anchor_max_len is not None and L > anchor_max_len:
+                row.skipped = f"L > anchor_max_len={anchor_max_len}"
+            elif row.ok:
+                n = anchor_reps if is_loop else reps
+                row.fwd_ms, row.fwd_bwd_ms = time_impl(fn, shape, device, n, warmup=not is_loop)
             result.rows.append(row)
             if progress is not None:
-                timed = (
-                    f"fwd {row.fwd_ms:.3f} ms, fwd+bwd {row.fwd_bwd_ms:.3f} ms"
-                    if row.ok
-                    else f"FAILS its check (rel err {err:.1e} > {tol:.0e}); not timed"
-                )
+                if not row.ok:
+                    timed = f"FAILS its check (rel err {err:.1e} > {tol:.0e}); not timed"
+                elif row.skipped:
+                    timed = f"correct, not timed ({row.skipped})"
+                else:
+                    timed = f"fwd {row.fwd_ms:.3f} ms, fwd+bwd {row.fwd_bwd_ms:.3f} ms"
                 progress(f"L={L} {name}: {timed}")
     return result
 
@@ -321,7 +334,7 @@ def format_table(result: BenchResult) -> str:
     by = {(r.shape, r.impl): r for r in result.rows}
 
     def ms(x: float | None) -> str:
-        return "not timed" if x is None else f"{x:.3f}" if x < 10 else f"{x:.1f}"
+        return "-" if x is None else f"{x:.3f}" if x < 10 else f"{x:.1f}"
 
     def ratio(a: float | None, o: float | None) -> str:
         return "-" if a is None or o is None else f"{a / o:.1f}x"
