@@ -1,0 +1,14 @@
+"""Context parallelism for scans: one long sequence sharded along time across the ranks of a
+``torch.distributed`` process group (NCCL on GPU, gloo on CPU).
+
+Each shard's effect on the next is one affine map per (batch, dim, state), so ranks exchange
+O(batch * dim * N) numbers per call, never activations (Note [context-parallel scan] in
+``_comm``).
+"""
+
+from ssmscan.distributed._comm import all_gather
+from ssmscan.distributed.halo import prefix_halo
+from ssmscan.distributed.linear_scan import linear_scan
+from ssmscan.distributed.selective_scan import selective_scan
+
+__all__ = ["all_gather", "linear_scan", "prefix_halo", "selective_scan"]
