@@ -59,11 +59,16 @@ class ExportReport:
             self.stage_seconds[name] = time.perf_counter() - t0
 
     def census(self, program: Any) -> None:
-        """Fill ``node_count``, ``op_counts`` and ``leftover_ops`` from ``program``'s graph."""
-        self.op_counts = dict(op_census(program))
+        """Fill ``node_count``, ``op_counts`` and ``leftover_ops`` from ``program``'s graph.
+        Size arithmetic (``operator.*``, ``torch.sym_*`` on symbolic sizes) and ``getitem`` are
+        not leftovers: every backend that takes dynamic shapes evaluates them."""
+        counts, size_math = op_census(program)
+        self.op_counts = dict(counts)
         self.node_count = sum(self.op_counts.values())
         self.leftover_ops = {
-            k: v for k, v in self.op_counts.items() if not is_plain_aten(k) and k != "getitem"
+            k: v
+            for k, v in self.op_counts.items()
+            if not is_plain_aten(k) and k != "getitem" and k not in size_math
         }
 
     def summary(self) -> str:
@@ -116,15 +121,22 @@ def target_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def op_census(program: Any) -> Counter[str]:
+def op_census(program: Any) -> tuple[Counter[str], set[str]]:
+    """Calls per op name over the graph and its submodules, and the names that are size
+    arithmetic (Python ``operator`` functions, ``torch.sym_*``)."""
     gm = program.graph_module if isinstance(program, torch.export.ExportedProgram) else program
     counts: Counter[str] = Counter()
+    size_math: set[str] = set()
     for mod in gm.modules():
         if isinstance(mod, fx.GraphModule):
             for node in mod.graph.nodes:
                 if node.op == "call_function":
-                    counts[target_name(node.target)] += 1
-    return counts
+                    name = target_name(node.target)
+                    counts[name] += 1
+                    module = getattr(node.target, "__module__", None) or ""
+                    if module in ("_operator", "operator", "math") or name.startswith("sym_"):
+                        size_math.add(name)
+    return counts, size_math
 
 
 def is_plain_aten(name: str) -> bool:
