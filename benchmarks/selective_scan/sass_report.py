@@ -11,8 +11,8 @@ its count divided by the steps per iteration). For the backward the two loops wi
 MUFU.EX2 are reported: the reverse tile loop ("rev": recompute + adjoint + gradients) and the chunk
 pass ("chunk": tile-start states into the scratch), each per time step (4 steps per iteration).
 
-    python benchmarks/selective_scan/sass_report.py [--variant column tile] [--dump DIR]
-    python benchmarks/selective_scan/sass_report.py --bwd [--variant column tile]
+    python benchmarks/selective_scan/sass_report.py [--variant tile tile_rs] [--dump DIR]
+    python benchmarks/selective_scan/sass_report.py --bwd [--variant tile tile_rs]
 """
 
 from __future__ import annotations

@@ -32,11 +32,10 @@ Note [selective scan backward tiles]
 ``BWD_VARIANT`` picks the main kernel; read them with ``benchmarks/selective_scan/sass_report.py
 --bwd`` (sm_90, per time step of the reverse-tile loop, (8, 4096, 2048, 16) fp32, real config):
 
-* "column" (``_selective_scan_bwd_kernel``): state offsets that Triton proves 16-aligned, so it
-  vectorizes them along the channels and spreads a channel's states over threads and warps
-  (Note [selective scan forward tiles]); one column load / store of u / delta / z / dout / du /
-  ddelta / dz per step (26 LDG.32 + 5 STG.32), 25 BAR + 26 STS / LDS + 50 SHFL, 583 instructions,
-  255 registers, 152-byte stack;
+* "column" (the previous kernel, deleted after the H200 timing below; in git history before
+  this note's commit): state offsets that Triton proved 16-aligned, so it vectorized them along
+  the channels and spread a channel's states over threads and warps; one column load / store per
+  step (26 LDG.32 + 5 STG.32), 25 BAR + 26 STS / LDS + 50 SHFL, 583 instructions, 255 registers;
 * "tile" (``_selective_scan_bwd_tile_kernel``): one channel per thread with all its states (the
   ``max(dim, 1)`` of the forward), (BLOCK_D, 4) tiles of u / delta / z / dout read and du / ddelta
   / dz written as one vector per thread (the columns taken in registers with ``_col``); but every
@@ -85,362 +84,17 @@ LN2 = math.log(2.0)
 
 
 @triton.jit
-def _step_inputs(
-    u,
-    delta,
-    dout,
-    z,
-    row,
-    m_d,
-    t,
-    t_end,
-    b_bias,
-    SOFTPLUS: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-):
-    """Column t of the (BLOCK_D,) inputs: (mask, u, x = delta + bias, dt, dout, z, sigmoid(z), dy)."""
-    m = m_d & (t < t_end)
-    b_u = tl.load(u + row + t, mask=m, other=0.0).to(tl.float32)
-    b_x = tl.load(delta + row + t, mask=m, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        b_x += b_bias
-    if SOFTPLUS:
-        b_dt = _softplus(b_x)
-    else:
-        b_dt = b_x
-    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-    b_do = tl.load(dout + row + t, mask=m, other=0.0).to(tl.float32)
-    if HAS_Z:
-        b_z = tl.load(z + row + t, mask=m, other=0.0).to(tl.float32)
-        sig_z = _sigmoid(b_z)
-        b_dy = b_do * b_z * sig_z
-    else:
-        b_z = b_do
-        sig_z = b_do
-        b_dy = b_do
-    return m, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
-
-
-@triton.jit
 def _state_step(h, b_A2, dt, dtu, p_B, t, L, NP: tl.constexpr):
     b_B = tl.load(p_B + t * NP, mask=t < L, other=0.0)
     return tl.exp2(dt[:, None] * b_A2) * h + dtu[:, None] * b_B[None, :]
 
 
 @triton.jit
-def _recompute_step(h, b_A2, dt, dtu, dy, p_B, p_C, p_dC, t, L, NP: tl.constexpr):
-    """Forward step inside the tile being differentiated: h_t, sum_n C_t h_t, and the dC_t
-    partial of this block (sum over its channels of dy_t h_t)."""
-    m = t < L
-    b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
-    b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
-    h = tl.exp2(dt[:, None] * b_A2) * h + dtu[:, None] * b_B[None, :]
-    y = tl.sum(h * b_C[None, :], axis=1)
-    tl.store(p_dC + t * NP, tl.sum(h * dy[:, None], axis=0), mask=m)
-    return h, y
-
-
-@triton.jit
-def _adjoint_step(G, h_prev, b_A2, dt, dtu, dy, p_B, p_C, p_dB, dA_acc, t, L, NP: tl.constexpr):
-    """Reverse step (Note [selective scan backward]). G = a_{t+1} g_{t+1} on entry, a_t g_t on exit.
-    Returns (G, dA_acc, sum_n q_t A2, sum_n g_t B_t)."""
-    m = t < L
-    b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
-    b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
-    g = G + b_C[None, :] * dy[:, None]
-    ga = g * tl.exp2(dt[:, None] * b_A2)
-    q = ga * h_prev
-    dA_acc += q * dt[:, None]
-    qA = tl.sum(q * b_A2, axis=1)
-    gB = tl.sum(g * b_B[None, :], axis=1)
-    tl.store(p_dB + t * NP, tl.sum(g * dtu[:, None], axis=0), mask=m)
-    return ga, dA_acc, qA, gB
-
-
-@triton.jit
 def _adjoint_only_step(G, b_A2, dt, dy, p_C, t, L, NP: tl.constexpr):
-    """G = a_t (C_t dy_t + G): the adjoint step of ``_adjoint_step`` without the gradients."""
+    """G = a_t (C_t dy_t + G): the adjoint step (Note [selective scan backward]) without the
+    gradients."""
     b_C = tl.load(p_C + t * NP, mask=t < L, other=0.0)
     return tl.exp2(dt[:, None] * b_A2) * (G + b_C[None, :] * dy[:, None])
-
-
-@triton.jit
-def _grad_outputs(
-    du,
-    ddelta,
-    dz,
-    row,
-    t,
-    m,
-    b_u,
-    b_x,
-    b_dt,
-    b_do,
-    b_z,
-    sig_z,
-    b_dy,
-    qA,
-    gB,
-    y,
-    b_D,
-    SOFTPLUS: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr,
-):
-    """Store du_t, ddelta_t, dz_t of one column; returns ddelta_t (for ddelta_bias)."""
-    b_ddt = qA * 0.6931471805599453 + b_u * gB  # A2 -> A
-    b_du = b_dt * gB
-    if HAS_D:
-        b_du += b_D * b_dy
-    if SOFTPLUS:
-        b_ddt = b_ddt * _sigmoid(b_x)
-    b_ddt = tl.where(m, b_ddt, 0.0)
-    tl.store(du + row + t, b_du.to(du.dtype.element_ty), mask=m)
-    tl.store(ddelta + row + t, b_ddt.to(ddelta.dtype.element_ty), mask=m)
-    if HAS_Z:
-        b_y = y
-        if HAS_D:
-            b_y += b_D * b_u
-        b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
-        tl.store(dz + row + t, b_dz.to(dz.dtype.element_ty), mask=m)
-    return b_ddt
-
-
-@triton.jit
-def _selective_scan_bwd_kernel(
-    dout,  # (batch, dim, L) gradient of out, u's dtype
-    dlast,  # (batch, NP, dim) fp32 gradient of the last state, or None
-    u,  # (batch, dim, L)
-    delta,  # (batch, dim, L)
-    A2t,  # (NP, dim) fp32, A * log2(e)
-    Bt,  # (batch, G, L, NP) fp32
-    Ct,  # (batch, G, L, NP) fp32
-    Dv,  # (dim,) fp32 or None
-    z,  # (batch, dim, L) or None
-    delta_bias,  # (dim,) fp32 or None
-    ckpt,  # (batch, NCK, NP, dim) fp32 state before each chunk, last entry the final state
-    seg_adj,  # (batch, NSEG, NP, dim) fp32 adjoint entering each segment from the right, or None
-    scratch,  # (batch, NSEG, CK // 4, NP, dim) fp32 tile-start states of the current chunk
-    du,  # (batch, dim, L) out, u's dtype
-    ddelta,  # (batch, dim, L) out, delta's dtype
-    dz,  # (batch, dim, L) out, or None when z is None
-    dAp,  # (batch, NSEG, NP, dim) fp32 per-(batch, segment) partial dA
-    dBp,  # (dim // BLOCK_D, batch, L, NP) fp32 per-block partial dB
-    dCp,  # (dim // BLOCK_D, batch, L, NP) fp32 per-block partial dC
-    dDp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial dD, or None
-    dbiasp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial ddelta_bias, or None
-    dinit,  # (batch, NP, dim) fp32 gradient of the initial state
-    dim,  # channels
-    L,  # sequence length
-    G,  # groups of B / C
-    NCK,  # checkpoint entries = cdiv(L, CK) + 1
-    SEG,  # chunks per segment (program axis 2)
-    SOFTPLUS: tl.constexpr,
-    NP: tl.constexpr,
-    CK: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_DLAST: tl.constexpr,
-    HAS_SEG: tl.constexpr,  # L split into segments: seg_adj given
-):
-    NT: tl.constexpr = CK // 4
-    i_d = tl.program_id(0)
-    i_b = tl.program_id(1).to(tl.int64)
-    i_s = tl.program_id(2)
-    NSEG = tl.num_programs(2)
-    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    m_d = o_d < dim
-    o_n = tl.arange(0, NP)
-    o_nd = o_n[None, :] * dim + o_d[:, None]  # (BLOCK_D, NP) in the channel-contiguous layout
-    m_d2 = m_d[:, None]
-    SZ = NP * dim  # one state-shaped entry
-
-    b_A2 = tl.load(A2t + o_nd, mask=m_d2, other=0.0)
-    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
-    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
-
-    row = (i_b * dim + o_d.to(tl.int64)) * L
-    grp = (i_d * BLOCK_D) // (dim // G)
-    bc = (i_b * G + grp) * L * NP + o_n
-    p_B = Bt + bc
-    p_C = Ct + bc
-    part = (i_d * tl.num_programs(1) + i_b) * L * NP + o_n  # (NP,) in the partial buffers
-    p_dB = dBp + part
-    p_dC = dCp + part
-    p_ck = ckpt + i_b * NCK * SZ + o_nd
-    i_bs = i_b * NSEG + i_s
-    p_sc = scratch + i_bs * NT * SZ + o_nd
-
-    if HAS_DLAST:
-        G_adj = tl.load(dlast + i_b * SZ + o_nd, mask=m_d2, other=0.0)
-    else:
-        G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
-    if HAS_SEG:  # constexpr: seg_adj is None with one segment
-        if i_s < NSEG - 1:
-            G_adj = tl.load(seg_adj + i_bs * SZ + o_nd, mask=m_d2, other=0.0)
-    dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
-    dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-
-    c0 = i_s * SEG
-    c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
-    for cc in range(0, c1 - c0):
-        c = c1 - 1 - cc
-        t_beg = c * CK
-        n_tiles = (tl.minimum(t_beg + CK, L) - t_beg + 3) // 4  # >= 1
-        # chunk pass: tile-start states into the scratch. Each thread writes and reads back only
-        # its own channel's entries (same layout both ways); the barriers are for safety should
-        # the compiler pick different layouts for the store and the load.
-        tl.debug_barrier()
-        h = tl.load(p_ck + c * SZ, mask=m_d2, other=0.0)
-        for k in range(0, n_tiles - 1):
-            t0 = t_beg + 4 * k
-            tl.store(p_sc + k * SZ, h, mask=m_d2)
-            for j in tl.static_range(4):
-                m = m_d & (t0 + j < L)
-                b_u = tl.load(u + row + t0 + j, mask=m, other=0.0).to(tl.float32)
-                b_dt = tl.load(delta + row + t0 + j, mask=m, other=0.0).to(tl.float32)
-                if HAS_BIAS:
-                    b_dt += b_bias
-                if SOFTPLUS:
-                    b_dt = _softplus(b_dt)
-                b_dt = tl.where(m, b_dt, 0.0)
-                h = _state_step(h, b_A2, b_dt, b_dt * b_u, p_B, t0 + j, L, NP)
-        tl.store(p_sc + (n_tiles - 1) * SZ, h, mask=m_d2)
-        tl.debug_barrier()
-        # tiles in reverse
-        for kk in range(0, n_tiles):
-            k = n_tiles - 1 - kk
-            t0 = t_beg + 4 * k
-            hs = tl.load(p_sc + k * SZ, mask=m_d2, other=0.0)
-            m0, u0, x0, dt0, do0, z0, s0, dy0 = _step_inputs(
-                u, delta, dout, z, row, m_d, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
-            )
-            m1, u1, x1, dt1, do1, z1, s1, dy1 = _step_inputs(
-                u, delta, dout, z, row, m_d, t0 + 1, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
-            )
-            m2, u2, x2, dt2, do2, z2, s2, dy2 = _step_inputs(
-                u, delta, dout, z, row, m_d, t0 + 2, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
-            )
-            m3, u3, x3, dt3, do3, z3, s3, dy3 = _step_inputs(
-                u, delta, dout, z, row, m_d, t0 + 3, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
-            )
-            h0, y0 = _recompute_step(hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dC, t0, L, NP)
-            h1, y1 = _recompute_step(h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dC, t0 + 1, L, NP)
-            h2, y2 = _recompute_step(h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dC, t0 + 2, L, NP)
-            _h3, y3 = _recompute_step(h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dC, t0 + 3, L, NP)
-            G_adj, dA_acc, qA, gB = _adjoint_step(
-                G_adj, h2, b_A2, dt3, dt3 * u3, dy3, p_B, p_C, p_dB, dA_acc, t0 + 3, L, NP
-            )
-            dbias_acc += _grad_outputs(
-                du,
-                ddelta,
-                dz,
-                row,
-                t0 + 3,
-                m3,
-                u3,
-                x3,
-                dt3,
-                do3,
-                z3,
-                s3,
-                dy3,
-                qA,
-                gB,
-                y3,
-                b_D,
-                SOFTPLUS,
-                HAS_D,
-                HAS_Z,
-            )
-            G_adj, dA_acc, qA, gB = _adjoint_step(
-                G_adj, h1, b_A2, dt2, dt2 * u2, dy2, p_B, p_C, p_dB, dA_acc, t0 + 2, L, NP
-            )
-            dbias_acc += _grad_outputs(
-                du,
-                ddelta,
-                dz,
-                row,
-                t0 + 2,
-                m2,
-                u2,
-                x2,
-                dt2,
-                do2,
-                z2,
-                s2,
-                dy2,
-                qA,
-                gB,
-                y2,
-                b_D,
-                SOFTPLUS,
-                HAS_D,
-                HAS_Z,
-            )
-            G_adj, dA_acc, qA, gB = _adjoint_step(
-                G_adj, h0, b_A2, dt1, dt1 * u1, dy1, p_B, p_C, p_dB, dA_acc, t0 + 1, L, NP
-            )
-            dbias_acc += _grad_outputs(
-                du,
-                ddelta,
-                dz,
-                row,
-                t0 + 1,
-                m1,
-                u1,
-                x1,
-                dt1,
-                do1,
-                z1,
-                s1,
-                dy1,
-                qA,
-                gB,
-                y1,
-                b_D,
-                SOFTPLUS,
-                HAS_D,
-                HAS_Z,
-            )
-            G_adj, dA_acc, qA, gB = _adjoint_step(
-                G_adj, hs, b_A2, dt0, dt0 * u0, dy0, p_B, p_C, p_dB, dA_acc, t0, L, NP
-            )
-            dbias_acc += _grad_outputs(
-                du,
-                ddelta,
-                dz,
-                row,
-                t0,
-                m0,
-                u0,
-                x0,
-                dt0,
-                do0,
-                z0,
-                s0,
-                dy0,
-                qA,
-                gB,
-                y0,
-                b_D,
-                SOFTPLUS,
-                HAS_D,
-                HAS_Z,
-            )
-            if HAS_D:
-                dD_acc += dy0 * u0 + dy1 * u1 + dy2 * u2 + dy3 * u3
-    if i_s == 0:
-        tl.store(dinit + i_b * SZ + o_nd, G_adj, mask=m_d2)
-    tl.store(dAp + i_bs * SZ + o_nd, dA_acc, mask=m_d2)
-    if HAS_D:
-        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
-    if HAS_BIAS:
-        tl.store(dbiasp + i_bs * dim + o_d, dbias_acc, mask=m_d)
 
 
 @triton.jit
@@ -564,8 +218,9 @@ def _tile_recompute(
     BLOCK_D: tl.constexpr,
     RS: tl.constexpr,
 ):
-    """``_recompute_step`` on (BLOCK_D,) columns taken from the tiles; dC0 the scalar pointer to
-    this block's partial dC at step 0."""
+    """One forward step inside the tile being differentiated, on (BLOCK_D,) columns taken from the
+    tiles: h_t, sum_n C_t h_t and this block's dC_t partial; dC0 the scalar pointer to this
+    block's partial dC at step 0."""
     m = t < L
     b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
     b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
@@ -594,7 +249,8 @@ def _tile_adjoint(
     BLOCK_D: tl.constexpr,
     RS: tl.constexpr,
 ):
-    """``_adjoint_step`` with the dB partial through ``_store_block_sum``."""
+    """Reverse step (Note [selective scan backward]): G = a_{t+1} g_{t+1} on entry, a_t g_t on
+    exit; dA accumulated, the dB_t partial stored through ``_store_block_sum``."""
     m = t < L
     b_B = tl.load(p_B + t * NP, mask=m, other=0.0)
     b_C = tl.load(p_C + t * NP, mask=m, other=0.0)
@@ -963,27 +619,24 @@ def _selective_scan_bwd_carry_kernel(
 
 
 # Which main kernel ``launch`` uses (Note [selective scan backward tiles]); a module constant so
-# the benchmark can time them side by side: "column" is the previous kernel (one (BLOCK_D,) column
-# of u / delta / z / dout / du / ddelta / dz per step; dim's alignment spreads the states over
-# threads), "tile" reads and writes (BLOCK_D, 4) tiles with one channel per thread and sums dB / dC
-# with ``tl.sum``, "tile_rs" sums them by a one-warp reduce-scatter (BLOCK_D 32, one warp per
-# program; on CPU tensors, i.e. under the interpreter, it runs as "tile").
+# the benchmark can time them side by side: "tile" reads and writes (BLOCK_D, 4) tiles with one
+# channel per thread and sums dB / dC with ``tl.sum``, "tile_rs" sums them by a one-warp
+# reduce-scatter (BLOCK_D 32, one warp per program; on CPU tensors, i.e. under the interpreter,
+# it runs as "tile").
 BWD_VARIANTS = {
-    "column": _selective_scan_bwd_kernel,
     "tile": _selective_scan_bwd_tile_kernel,
     "tile_rs": _selective_scan_bwd_tile_kernel,
 }
 # H200, 2026-11-30, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md):
-# tile_rs / tile / column = 6.69 / 10.23 / 9.74 at 8x4096x2048 fp32, 2.86 / 3.58 / 3.75 at
-# 16x1536x1024 fp32, 9.60 / 10.86 / 10.75 at 1x1024x65536 fp32; tile_rs fastest at every shape
-# and dtype timed, and correct on the GPU (fp32, bf16 vs float64: benchmarks/selective_scan/gpu_errors.py).
+# tile_rs / tile / column (the deleted previous kernel) = 6.69 / 10.23 / 9.74 at 8x4096x2048
+# fp32, 2.86 / 3.58 / 3.75 at 16x1536x1024 fp32, 9.60 / 10.86 / 10.75 at 1x1024x65536 fp32;
+# tile_rs fastest at every shape and dtype timed, and correct on the GPU (fp32, bf16 vs float64:
+# benchmarks/selective_scan/gpu_errors.py).
 BWD_VARIANT = "tile_rs"
 
 
 def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
     """Compile-time constants of ``BWD_VARIANT``'s kernel beyond the shared ones."""
-    if kernel is _selective_scan_bwd_kernel:
-        return {}
     return dict(RS=BWD_VARIANT == "tile_rs" and on_gpu and block_d == 32 and warps == 1)
 
 
