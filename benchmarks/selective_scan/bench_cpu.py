@@ -24,26 +24,12 @@ import torch
 import torch.nn.functional as F
 
 import ssmscan
+from ssmscan.bench import (  # the sequential loop as reference implementations write it
+    ARGS,
+    loop_anchor,
+)
 from ssmscan.scan import affine_scan
 from ssmscan.testing import make_selective_scan_inputs, rel_error, tolerance
-
-ARGS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "delta_softplus")
-
-
-def loop_anchor(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-    """The sequential loop as the PyTorch reference implementations write it."""
-    dt = delta + delta_bias[:, None]
-    if delta_softplus:
-        dt = F.softplus(dt)
-    deltaA = torch.exp(torch.einsum("bdl,dn->bdln", dt, A))
-    deltaB_u = torch.einsum("bdl,bnl,bdl->bdln", dt, B, u)
-    x = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
-    ys = []
-    for i in range(u.shape[2]):
-        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
-        ys.append(torch.einsum("bdn,bn->bd", x, C[:, :, i]))
-    y = torch.stack(ys, dim=2) + u * D[:, None]
-    return y * F.silu(z)
 
 
 def parallel_aten(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
