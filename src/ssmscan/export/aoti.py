@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ._common import ExportReport, ExportResult, example_device, file_size, flat_outputs
-from .onnx import lower_for_loop_backends
+from ._lowering import lower_for_loop_backends
 from .program import export_program
 
 

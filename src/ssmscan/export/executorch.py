@@ -23,7 +23,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, has_dynamic_dims
-from .onnx import lower_for_loop_backends
+from ._lowering import lower_for_loop_backends
 from .program import export_program
 
 

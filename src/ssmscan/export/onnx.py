@@ -13,10 +13,10 @@ import os
 from typing import Any
 
 import torch
-
-from ssmscan.passes import LOOP_BACKEND_PIPELINE, decompose_selective_scan, run_pipeline
+import torch.utils._pytree as pytree
 
 from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, has_dynamic_dims
+from ._lowering import lower_for_loop_backends
 from .program import export_program
 
 
@@ -31,18 +31,6 @@ def _require_onnx() -> Any:
             "install them with: pip install 'ssmscan[onnx]'"
         ) from e
     return onnxruntime
-
-
-def lower_for_loop_backends(
-    ep: torch.export.ExportedProgram, realization: str, algorithm: str, report: ExportReport
-) -> None:
-    """ssmscan ops -> ``realization``; remaining ``associative_scan`` HOPs -> parallel aten."""
-    with report.stage("decompose"):
-        res = decompose_selective_scan(ep, realization, algorithm)  # type: ignore[arg-type]
-        low = run_pipeline(ep, LOOP_BACKEND_PIPELINE)
-    report.realization = realization
-    for d in (*res.decisions, *low.decisions):
-        report.notes.append(f"{d}")
 
 
 def build(
@@ -83,8 +71,6 @@ def build(
     names = [i.name for i in session.get_inputs()]
 
     def run(*inputs: Any) -> list[torch.Tensor]:
-        import torch.utils._pytree as pytree
-
         flat = [x for x in pytree.tree_leaves(inputs) if isinstance(x, torch.Tensor)]
         if len(flat) != len(names):
             raise ValueError(
