@@ -4,14 +4,14 @@ Compiles ``_selective_scan_fwd_kernel`` (or, with ``--bwd``, the backward main k
 ``triton_bwd.BWD_VARIANT``) for an H100/H200 target (``GPUTarget("cuda", 90, 32)``)
 with the benchmark shapes' specialization (pointers and ints divisible by 16 marked as Triton's JIT
 would), real configuration (z, D, delta_bias, softplus), the BLOCK_D / num_warps that
-``triton_common.block_channels`` picks, then disassembles the cubin with the ``cuobjdump`` that
+``triton_fwd.fwd_block_channels`` (``triton_bwd.bwd_block_channels``) picks, then disassembles the cubin with the ``cuobjdump`` that
 ships with Triton and prints registers, spills, shared memory and instruction counts: for the
 whole kernel and per time step of the main loop (the backward branch spanning the most MUFU.EX2;
 its count divided by the steps per iteration). For the backward the two loops with the most
 MUFU.EX2 are reported: the reverse tile loop ("rev": recompute + adjoint + gradients) and the chunk
 pass ("chunk": tile-start states into the scratch), each per time step (4 steps per iteration).
 
-    python benchmarks/selective_scan/sass_report.py [--variant tile tile_rs] [--dump DIR]
+    python benchmarks/selective_scan/sass_report.py [--local] [--dump DIR]
     python benchmarks/selective_scan/sass_report.py --bwd [--variant tile tile_rs]
 """
 
@@ -73,13 +73,13 @@ def _sig(kernel, values: dict) -> tuple[dict, dict, dict]:
 
 def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tuple[dict, int]:
     NP = triton_common.pad_states(N)
-    block_d, warps = triton_common.block_channels(batch, dim, 1)
+    block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP)
     NCK = num_checkpoints(L)
     nseg, seg = triton_common.segments(batch * triton.cdiv(dim, block_d) * warps, NCK - 1)
     v = dict(
         u=f"*{dt}",
         delta=f"*{dt}",
-        A2t="*fp32",
+        A2="*fp32",
         Bt="*fp32",
         Ct="*fp32",
         Dv="*fp32",
@@ -106,7 +106,7 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         HAS_INIT=False,
         LOCAL=local,
     )
-    v.update(triton_fwd.variant_constexprs(4 if dt == "fp32" else 2))
+    v["TT"] = triton_fwd.steps_per_tile(NP)
     return v, warps, nseg
 
 
@@ -236,7 +236,7 @@ def fmt(c: collections.Counter, per: float = 1.0) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", nargs="*", default=None, help="FWD_VARIANT values (default: all)")
+    ap.add_argument("--variant", nargs="*", default=None, help="BWD_VARIANT values (--bwd; default: all)")
     ap.add_argument("--dtype", nargs="*", default=list(DTYPES))
     ap.add_argument("--shape", type=int, nargs=4, action="append", default=None)
     ap.add_argument("--local", action="store_true", help="also the LOCAL pass (L split)")
@@ -246,29 +246,22 @@ def main() -> None:
     if a.bwd:
         bwd_main(a)
         return
-    variants = a.variant or list(triton_fwd.FWD_VARIANTS)
     shapes = [tuple(s) for s in a.shape] if a.shape else SHAPES
-    old = triton_fwd.FWD_VARIANT
-    for var in variants:
-        triton_fwd.FWD_VARIANT = var
-        for shape in shapes:
-            for dt in a.dtype:
-                for local in (False, True) if a.local else (False,):
-                    v, warps, nseg = fwd_values(*shape, DTYPES[dt], local)
-                    tag = f"{var}-{'x'.join(map(str, shape))}-{dt}{'-local' if local else ''}"
-                    meta, sass = sass_of(
-                        triton_fwd._selective_scan_fwd_kernel, v, warps, a.dump, tag
-                    )
-                    steps = v["TT"]
-                    instrs = parse(sass)
-                    loop = main_loop(instrs)
-                    print(
-                        f"{tag}: BLOCK_D={v['BLOCK_D']} warps={warps} NSEG={nseg} "
-                        f"regs={meta['regs']} stack={meta['stack']} local={meta['local']} smem={meta['shared']}"
-                    )
-                    print(f"  kernel: {fmt(count(instrs))}")
-                    print(f"  per step ({steps} steps/iter): {fmt(count(loop), steps)}")
-    triton_fwd.FWD_VARIANT = old
+    for shape in shapes:
+        for dt in a.dtype:
+            for local in (False, True) if a.local else (False,):
+                v, warps, nseg = fwd_values(*shape, DTYPES[dt], local)
+                tag = f"fwd-{'x'.join(map(str, shape))}-{dt}{'-local' if local else ''}"
+                meta, sass = sass_of(triton_fwd._selective_scan_fwd_kernel, v, warps, a.dump, tag)
+                steps = v["TT"]
+                instrs = parse(sass)
+                loop = main_loop(instrs)
+                print(
+                    f"{tag}: BLOCK_D={v['BLOCK_D']} warps={warps} NSEG={nseg} "
+                    f"regs={meta['regs']} stack={meta['stack']} local={meta['local']} smem={meta['shared']}"
+                )
+                print(f"  kernel: {fmt(count(instrs))}")
+                print(f"  per step ({steps} steps/iter): {fmt(count(loop), steps)}")
 
 
 def bwd_main(a) -> None:

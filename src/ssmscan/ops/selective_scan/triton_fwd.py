@@ -1,31 +1,32 @@
 """Triton forward kernel of ``ssmscan::selective_scan_fwd`` (CUDA).
 
-Layout and data preparation: Note [selective scan thread layout] in ``triton_common``.
 Each program owns (batch b, BLOCK_D channels, all states, one segment of L) and walks its segment
-sequentially in registers: one exp2 per (d, n, t), no cross-thread traffic; with several segments
-a local pass and a carry pass come first (Note [selective scan segments]). The state before every
+sequentially in registers, one exp2 per (d, n, t); with several segments a local pass and a carry
+pass come first (Note [selective scan segments] in ``triton_common``). The state before every
 CHECKPOINT_LEN-step chunk, and the final state as the last entry, are written to ``checkpoints``
-(``shapes``) so that the backward can recompute states chunk by chunk.
+(``shapes``: (batch, dim, NCK, N)) so that the backward can recompute states chunk by chunk.
 
-Note [selective scan forward tiles]
------------------------------------
-What Triton makes of the layout decides the speed (read with
-``benchmarks/selective_scan/sass_report.py``, sm_90). The loop-carried state (BLOCK_D, NP) takes the
-layout of the state-shaped loads / stores (A2t, checkpoints). When Triton can prove their channel
-offsets 16-aligned it vectorizes them along the channels: 4 channels per thread and the states
-spread over threads *and warps*, so every step's ``y = sum_n C h`` and every column of u / delta / z
-went through shared memory (9 BAR + 9 STS / LDS + 6 SHFL per step at (8, 4096, 2048), BLOCK_D 64).
-Offsetting them by ``max(dim, 1)`` hides the alignment: one channel per thread with all NP states,
-each warp access still 128 contiguous bytes. Then:
+Note [selective scan forward layout]
+------------------------------------
+The forward's state-shaped buffers (A2, initial state, checkpoints, segment states) are
+state-contiguous, (dim, NP), unlike the backward's (NP, dim) (Note [selective scan thread layout]).
+Triton's coalescing then gives the (BLOCK_D, NP) state tile 16-byte vectors along the states:
+sizePerThread [1, 4], threadsPerWarp [8, 4] at NP = 16, so a channel's states are spread over
+NP / 4 threads of one warp and ``y = sum_n C h`` ends with two butterfly shuffles. u / delta / z
+are read and ``out`` written as (BLOCK_D, TT) tiles of TT contiguous steps per channel; with TT = 16
+(NP >= 16) the tile takes the same layout as the state (each of a channel's 4 threads holds 4
+steps, one 16-byte load in fp32), so softplus / gate / D are computed once per element, spread over
+the threads, and a step's column (``_col``) is two butterfly shuffles away. The checkpoints are
+written straight into the op's (batch, dim, NCK, N) output when N is a power of two >= 4.
 
-* the (NP,) B_t / C_t loads have fewer elements than the program has threads, so Triton loads them
-  directly in the state's layout (all NP per thread, contiguous: LDG.128, L1 broadcast);
-* ``FWD_VARIANT = "tile"`` reads u / delta / z as (BLOCK_D, TT) tiles, each thread one row of TT
-  contiguous steps as one 16-byte vector (TT = 4 in fp32, 8 in 16-bit), applies bias / softplus /
-  D / gate to the whole tile, takes column j in registers (``_col``) and writes ``out`` as one tile.
-  A row wider than 16 bytes (fp32 with TT = 8) is split over two threads: shuffles and shared
-  memory again, so TT follows the dtype. Steps past ``t_end`` are masked (any L); the mask and the
-  vector width only come together when L is a multiple of 16 (Triton's specialization).
+Why (H200, 2026-11-30, same process, mamba-ssm's kernel beside): the previous layout (one channel
+per thread with all 16 states, (NP, dim) buffers, TT = 4 / 8) gives only batch x dim threads, 1024
+warps at (8, 4096, 2048, 16): about 2 per scheduler, too few to hide the load and MUFU latencies
+(197 instructions per step issued at ~30% of the issue rate; time fell linearly with more warps).
+Spreading the states over 4 threads gives 4x the warps at 56 registers: forward 1.37 -> 1.00 ms
+fp32 and 1.30 -> 0.93 ms bf16 at (8, 4096, 2048, 16), 0.65 -> 0.47 / 0.63 -> 0.44 ms at
+(16, 1536, 1024, 16), although each channel-step now costs 4 x 63 instructions
+(``benchmarks/selective_scan/sass_report.py``).
 """
 
 from __future__ import annotations
@@ -37,69 +38,21 @@ import triton.language as tl
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
-    TILE_T,
+    LOG2E,
     _sigmoid,
     _softplus,
-    block_channels,
     num_groups,
     pad_states,
-    prep_A_t,
     prep_BC,
     segments,
 )
 
 
 @triton.jit
-def _fwd_step(
-    h,
-    b_A2,
-    u,
-    delta,
-    z,
-    b_bias,
-    b_D,
-    p_B,
-    p_C,
-    row,
-    m_d,
-    t,
-    t_end,
-    SOFTPLUS: tl.constexpr,
-    NP: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    LOCAL: tl.constexpr,
-):
-    """One time step t for the program's channels: h_t, and (unless LOCAL) y_t stored to ``out``
-    by the caller. Returns (h, dt_t, u_t, y_t)."""
-    m = m_d & (t < t_end)
-    b_u = tl.load(u + row + t, mask=m, other=0.0).to(tl.float32)
-    b_dt = tl.load(delta + row + t, mask=m, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        b_dt += b_bias
-    if SOFTPLUS:
-        b_dt = _softplus(b_dt)
-    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-    b_B = tl.load(p_B + t * NP, mask=t < t_end, other=0.0)
-    h = tl.exp2(b_dt[:, None] * b_A2) * h + (b_dt * b_u)[:, None] * b_B[None, :]
-    if LOCAL:
-        b_y = b_u
-    else:
-        b_C = tl.load(p_C + t * NP, mask=t < t_end, other=0.0)
-        b_y = tl.sum(h * b_C[None, :], axis=1)
-        if HAS_D:
-            b_y += b_D * b_u
-        if HAS_Z:
-            b_z = tl.load(z + row + t, mask=m, other=0.0).to(tl.float32)
-            b_y *= b_z * _sigmoid(b_z)
-    return h, b_dt, b_y
-
-
-@triton.jit
 def _col(x, o_t, j: tl.constexpr):
-    """Column j of a (BLOCK_D, TT) tile whose rows live in one thread each: a select and an
-    in-thread sum (the -0.0 fill makes the adds fold away, ``x + -0.0 == x``)."""
+    """Column j of a (BLOCK_D, TT) tile as a (BLOCK_D,) vector: a select and a sum over the row
+    (in-thread where the row lives in one thread; the -0.0 fill makes those adds fold away,
+    ``x + -0.0 == x``)."""
     return tl.sum(tl.where(o_t[None, :] == j, x, -0.0), axis=1)
 
 
@@ -129,12 +82,12 @@ def _fwd_tile(
     HAS_BIAS: tl.constexpr,
     LOCAL: tl.constexpr,
 ):
-    """TT time steps t0 .. t0 + TT - 1 (Note [selective scan forward tiles]); stores y unless LOCAL.
-    Returns (h, dt_sum)."""
+    """TT time steps t0 .. t0 + TT - 1 (Note [selective scan forward layout]); stores y unless
+    LOCAL. Returns (h, dt_sum)."""
     o_tt = t0 + o_t  # (TT,)
     m_t = o_tt < t_end
     m = m_d[:, None] & m_t[None, :]
-    p = row[:, None] + o_tt[None, :]  # (BLOCK_D, TT): TT contiguous steps per thread
+    p = row[:, None] + o_tt[None, :]  # (BLOCK_D, TT)
     b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
     b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
     if HAS_BIAS:
@@ -142,18 +95,18 @@ def _fwd_tile(
     if SOFTPLUS:
         b_dt = _softplus(b_dt)
     b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    if LOCAL:
+        dt_sum += tl.sum(b_dt, axis=1)
     b_du = b_dt * b_u
     b_y = tl.zeros_like(b_u)
     for j in tl.static_range(TT):
         m_j = t0 + j < t_end
-        # (NP,) B_t / C_t: fewer elements than threads, so Triton loads them in the states' layout
-        # (every thread all NP, contiguous: vector loads served by L1) instead of via shared memory
         b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
-        b_dtj = _col(b_dt, o_t, j)
-        h = tl.exp2(b_dtj[:, None] * b_A2) * h + _col(b_du, o_t, j)[:, None] * b_B[None, :]
-        if LOCAL:
-            dt_sum += b_dtj
-        else:
+        h = (
+            tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2) * h
+            + _col(b_du, o_t, j)[:, None] * b_B[None, :]
+        )
+        if not LOCAL:
             b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
             b_yj = tl.sum(h * b_C[None, :], axis=1)
             b_y = tl.where(o_t[None, :] == j, b_yj[:, None], b_y)
@@ -171,16 +124,16 @@ def _fwd_tile(
 def _selective_scan_fwd_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
-    A2t,  # (NP, dim) fp32, A * log2(e) transposed, zero-padded states
+    A2,  # (dim, NP) fp32, A * log2(e), zero-padded states
     Bt,  # (batch, G, L, NP) fp32, B time-major
     Ct,  # (batch, G, L, NP) fp32, C time-major
     Dv,  # (dim,) fp32 skip weight, or None
     z,  # (batch, dim, L) gate, or None
     delta_bias,  # (dim,) fp32, or None
-    init,  # (batch, NP, dim) fp32 initial state (states-major, padded), or None
+    init,  # (batch, dim, NP) fp32 initial state (padded), or None
     out,  # (batch, dim, L) output, u's dtype
-    ckpt,  # (batch, NCK, NP, dim) fp32: state before each chunk, last entry the final state
-    seg_state,  # (batch, NSEG, NP, dim) fp32 LOCAL: segment end state from zero, or None
+    ckpt,  # (batch, dim, NCK, NP) fp32: state before each chunk, last entry the final state
+    seg_state,  # (batch, NSEG, dim, NP) fp32 LOCAL: segment end state from zero, or None
     seg_dt,  # (batch, NSEG, dim) fp32 LOCAL: sum of dt over the segment, or None
     dim,  # channels
     L,  # sequence length
@@ -190,7 +143,7 @@ def _selective_scan_fwd_kernel(
     SEG,  # chunks per segment (program axis 2)
     SOFTPLUS: tl.constexpr,  # dt = softplus(delta + bias)
     NP: tl.constexpr,  # padded states, power of two
-    CK: tl.constexpr,  # checkpoint chunk length, multiple of 4
+    CK: tl.constexpr,  # checkpoint chunk length, multiple of TT
     BLOCK_D: tl.constexpr,  # channels per program
     HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr,
@@ -198,7 +151,6 @@ def _selective_scan_fwd_kernel(
     HAS_INIT: tl.constexpr,
     LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
     TT: tl.constexpr,  # steps per loop iteration, divides CK
-    TILED: tl.constexpr,  # (BLOCK_D, TT) tile loads / stores (else one column per step)
 ):
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
@@ -207,15 +159,9 @@ def _selective_scan_fwd_kernel(
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     o_n = tl.arange(0, NP)
-    # (BLOCK_D, NP) offsets in the (NP, dim) layout of A2t, the states and checkpoints: contiguous
-    # along the channels, which makes Triton give each thread one channel with all its states (a
-    # (dim, N) layout would spread the states of a channel over threads: shuffles for y)
-    # (max hides dim's divisibility by 16: Triton then does not vectorize these accesses along
-    # the channels, which would put 4 channels in a thread and spread the states over threads
-    # and warps, Note [selective scan forward tiles]; each warp access is still 128 contiguous bytes)
-    o_nd = o_n[None, :] * tl.maximum(dim, 1) + o_d[:, None]
+    o_dn = o_d[:, None] * NP + o_n[None, :]  # (BLOCK_D, NP) in a (dim, NP) buffer
 
-    b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
+    b_A2 = tl.load(A2 + o_dn, mask=m_d[:, None], other=0.0)
     b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
     b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
 
@@ -224,7 +170,8 @@ def _selective_scan_fwd_kernel(
     bc = (i_b * G + grp) * L * NP  # B_t / C_t of this program's group: broadcast loads
     p_B = Bt + bc + o_n  # (NP,)
     p_C = Ct + bc + o_n
-    p_ck = ckpt + i_b * NCK * NP * dim + o_nd  # entry c at p_ck + c * NP * dim
+    # entry c of channel d at p_ck + c * NP
+    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
 
     NC = NCK - 1  # chunks
     c0 = i_s * SEG
@@ -236,88 +183,56 @@ def _selective_scan_fwd_kernel(
         h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     elif i_s == 0:
         if HAS_INIT:
-            h = tl.load(init + i_b * NP * dim + o_nd, mask=m_d[:, None], other=0.0)
+            h = tl.load(init + i_b * dim * NP + o_dn, mask=m_d[:, None], other=0.0)
         else:
             h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     else:
-        h = tl.load(p_ck + c0 * (NP * dim), mask=m_d[:, None], other=0.0)  # from the carry pass
+        h = tl.load(p_ck + c0 * NP, mask=m_d[:, None], other=0.0)  # from the carry pass
     o_t = tl.arange(0, TT)
     for t0 in range(t_beg, t_end, TT):
         t0 = tl.multiple_of(t0, TT)
         if not LOCAL:
             if t0 % CK == 0:
-                tl.store(p_ck + (t0 // CK) * (NP * dim), h, mask=m_d[:, None])
-        if TILED:
-            h, dt_sum = _fwd_tile(
-                h,
-                b_A2,
-                u,
-                delta,
-                z,
-                out,
-                b_bias,
-                b_D,
-                p_B,
-                p_C,
-                row,
-                m_d,
-                t0,
-                t_end,
-                o_t,
-                dt_sum,
-                SOFTPLUS,
-                NP,
-                TT,
-                HAS_D,
-                HAS_Z,
-                HAS_BIAS,
-                LOCAL,
-            )
-        else:
-            for j in tl.static_range(TT):  # unrolled: TT steps' loads and exp2 in flight
-                h, b_dt, b_y = _fwd_step(
-                    h,
-                    b_A2,
-                    u,
-                    delta,
-                    z,
-                    b_bias,
-                    b_D,
-                    p_B,
-                    p_C,
-                    row,
-                    m_d,
-                    t0 + j,
-                    t_end,
-                    SOFTPLUS,
-                    NP,
-                    HAS_D,
-                    HAS_Z,
-                    HAS_BIAS,
-                    LOCAL,
-                )
-                if LOCAL:
-                    dt_sum += b_dt
-                else:
-                    tl.store(
-                        out + row + t0 + j,
-                        b_y.to(out.dtype.element_ty),
-                        mask=m_d & (t0 + j < t_end),
-                    )
+                tl.store(p_ck + (t0 // CK) * NP, h, mask=m_d[:, None])
+        h, dt_sum = _fwd_tile(
+            h,
+            b_A2,
+            u,
+            delta,
+            z,
+            out,
+            b_bias,
+            b_D,
+            p_B,
+            p_C,
+            row,
+            m_d,
+            t0,
+            t_end,
+            o_t,
+            dt_sum,
+            SOFTPLUS,
+            NP,
+            TT,
+            HAS_D,
+            HAS_Z,
+            HAS_BIAS,
+            LOCAL,
+        )
     if LOCAL:
-        tl.store(seg_state + (i_b * NSEG + i_s) * (NP * dim) + o_nd, h, mask=m_d[:, None])
+        tl.store(seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn, h, mask=m_d[:, None])
         tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
     elif c1 == NC:
-        tl.store(p_ck + NC * (NP * dim), h, mask=m_d[:, None])  # the final entry
+        tl.store(p_ck + NC * NP, h, mask=m_d[:, None])  # the final entry
 
 
 @triton.jit
 def _selective_scan_fwd_carry_kernel(
-    A2t,  # (NP, dim) fp32
-    init,  # (batch, NP, dim) fp32 initial state, or None
-    seg_state,  # (batch, NSEG, NP, dim) fp32 segment end states from zero
+    A2,  # (dim, NP) fp32
+    init,  # (batch, dim, NP) fp32 initial state, or None
+    seg_state,  # (batch, NSEG, dim, NP) fp32 segment end states from zero
     seg_dt,  # (batch, NSEG, dim) fp32 sum of dt per segment
-    ckpt,  # (batch, NCK, NP, dim) fp32: writes the entries at segment starts
+    ckpt,  # (batch, dim, NCK, NP) fp32: writes the entries at segment starts
     dim,  # channels
     NCK,  # checkpoint entries
     NSEG,  # segments
@@ -332,37 +247,41 @@ def _selective_scan_fwd_carry_kernel(
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     o_n = tl.arange(0, NP)
-    o_nd = o_n[None, :] * dim + o_d[:, None]
-    b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
-    p_ck = ckpt + i_b * NCK * NP * dim + o_nd
+    o_dn = o_d[:, None] * NP + o_n[None, :]
+    b_A2 = tl.load(A2 + o_dn, mask=m_d[:, None], other=0.0)
+    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
     if HAS_INIT:
-        h = tl.load(init + i_b * NP * dim + o_nd, mask=m_d[:, None], other=0.0)
+        h = tl.load(init + i_b * dim * NP + o_dn, mask=m_d[:, None], other=0.0)
     else:
         h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     for s in range(0, NSEG - 1):
         b_loc = tl.load(
-            seg_state + (i_b * NSEG + s) * (NP * dim) + o_nd, mask=m_d[:, None], other=0.0
+            seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn, mask=m_d[:, None], other=0.0
         )
         b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
         h = tl.exp2(b_sdt[:, None] * b_A2) * h + b_loc
-        tl.store(p_ck + ((s + 1) * SEG) * (NP * dim), h, mask=m_d[:, None])
+        tl.store(p_ck + ((s + 1) * SEG) * NP, h, mask=m_d[:, None])
 
 
-# Which main-loop variant ``launch`` uses (Note [selective scan forward tiles]); a module
-# constant so the benchmark can time them side by side: "column" is the previous kernel (one
-# (BLOCK_D,) column of u / delta / z / out and one (NP,) B_t / C_t per step), "tile4" / "tile8"
-# read and write (BLOCK_D, TT) tiles, TT contiguous steps per thread, and (TT, NP) B / C blocks.
-FWD_VARIANTS = {"column": (4, False), "tile": (0, True), "tile4": (4, True), "tile8": (8, True)}
-FWD_VARIANT = "tile"
+def steps_per_tile(NP: int) -> int:
+    """TT: the tile width that takes the state's layout (Note [selective scan forward layout]):
+    NP steps up to 16 (4 threads x 4 steps at NP = 16), 16 above."""
+    return min(NP, 16)
 
 
-def variant_constexprs(itemsize: int) -> dict[str, int | bool]:
-    """TT / TILED of ``FWD_VARIANT`` for ``_selective_scan_fwd_kernel`` and inputs of ``itemsize``
-    bytes ("tile": TT steps = one 16-byte vector per row, 4 in fp32, 8 in 16-bit)."""
-    tt, tiled = FWD_VARIANTS[FWD_VARIANT]
-    tt = tt or 16 // itemsize
-    assert CHECKPOINT_LEN % tt == 0, (CHECKPOINT_LEN, tt)
-    return dict(TT=tt, TILED=tiled)
+def fwd_block_channels(batch: int, dim: int, G: int, NP: int) -> tuple[int, int]:
+    """(BLOCK_D, num_warps) of the forward: 4 warps of NP / 4 threads per channel (BLOCK_D = 32 at
+    NP = 16), fewer channels for grouped B / C so that a block never straddles two groups."""
+    per_channel = max(1, min(NP // 4, 32))  # threads per channel
+    warps = 4
+    block_d = max(1, warps * 32 // per_channel)
+    if G > 1:
+        per_group = dim // G
+        limit = per_group & -per_group  # largest power of two dividing it
+        if limit < block_d:
+            block_d = limit
+            warps = max(1, min(4, block_d * per_channel // 32))
+    return block_d, warps
 
 
 def launch(
@@ -403,24 +322,29 @@ def launch(
     NP = pad_states(N)
     G = num_groups(B)
     NCK = checkpoints.shape[2]
-    assert CHECKPOINT_LEN % TILE_T == 0 and NCK == num_checkpoints(L), (NCK, L)
+    TT = steps_per_tile(NP)
+    assert CHECKPOINT_LEN % TT == 0 and NCK == num_checkpoints(L), (NCK, L)
     assert out.shape == (batch, dim, L) and last_state.shape == (batch, dim, N)
-    block_d, warps = block_channels(batch, dim, G)
+    block_d, warps = fwd_block_channels(batch, dim, G, NP)
     nblk = triton.cdiv(dim, block_d)
     nseg, seg = segments(batch * nblk * warps, NCK - 1)
     f32 = torch.float32
     dev = u.device
-    # the kernels keep states channel-contiguous, (NP, dim): checkpoints go through ckt
-    # (batch, NCK, NP, dim) and are transposed into ``checkpoints`` / ``last_state`` at the end
-    ckt = torch.empty((batch, NCK, NP, dim), dtype=f32, device=dev)
+    # state-contiguous buffers (Note [selective scan forward layout]): the checkpoints go straight
+    # into ``checkpoints`` (batch, dim, NCK, N) unless N was padded
+    direct = NP == N and checkpoints.is_contiguous() and checkpoints.dtype == f32
+    ckt = checkpoints if direct else torch.empty((batch, dim, NCK, NP), dtype=f32, device=dev)
     init_t = None
     if initial_state is not None:
-        init_t = torch.zeros((batch, NP, dim), dtype=f32, device=dev)
-        init_t[:, :N].copy_(initial_state.transpose(1, 2))
+        init_t = torch.zeros((batch, dim, NP), dtype=f32, device=dev)
+        init_t[:, :, :N].copy_(initial_state)
+    a2 = A.to(f32) * LOG2E
+    if NP != N:
+        a2 = torch.nn.functional.pad(a2, (0, NP - N))
     args = dict(
         u=u.contiguous(),
         delta=delta.contiguous(),
-        A2t=prep_A_t(A, NP),
+        A2=a2.contiguous(),
         Bt=prep_BC(B, batch, NP),
         Ct=prep_BC(C, batch, NP),
         Dv=D.to(f32).contiguous() if D is not None else None,
@@ -439,13 +363,13 @@ def launch(
         HAS_Z=z is not None,
         HAS_BIAS=delta_bias is not None,
         HAS_INIT=initial_state is not None,
+        TT=TT,
         num_warps=warps,
     )
-    consts.update(variant_constexprs(u.element_size()))
     kernel = launcher(_selective_scan_fwd_kernel)
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
-        seg_state = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
+        seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         kernel[(nblk, batch, nseg)](
             **args,
@@ -461,7 +385,7 @@ def launch(
             **consts,
         )
         launcher(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
-            args["A2t"],
+            args["A2"],
             init_t,
             seg_state,
             seg_dt,
@@ -488,5 +412,6 @@ def launch(
         LOCAL=False,
         **consts,
     )
-    checkpoints.copy_(ckt[:, :, :N].permute(0, 3, 1, 2))
-    last_state.copy_(ckt[:, -1, :N].transpose(1, 2))
+    if not direct:
+        checkpoints.copy_(ckt[..., :N])
+    last_state.copy_(checkpoints[:, :, -1])
