@@ -35,17 +35,22 @@ def set_checkpoint_len(k: int) -> None:
         mod.CHECKPOINT_LEN = k
 
 
-DEFAULT_SPLIT = (triton_common.TARGET_WARPS, triton_common.SPLIT_BELOW_WARPS)
+DEFAULT_SPLIT = (
+    triton_common.TARGET_WARPS,
+    triton_common.SPLIT_BELOW_WARPS,
+    triton_common.FWD_TARGET_WARPS,
+)
 
 
 def set_target_warps(w: int) -> None:
-    """Note [selective scan segments]: -1 = the library's policy (``TARGET_WARPS`` with
-    ``SPLIT_BELOW_WARPS``); 0 = never split L; w > 0 = split L whenever the launch has fewer
-    than w warps, aiming at w."""
+    """Note [selective scan segments]: -1 = the library's policy (``TARGET_WARPS`` /
+    ``FWD_TARGET_WARPS`` with ``SPLIT_BELOW_WARPS``); 0 = never split L; w > 0 = split L (forward
+    and backward) whenever the launch has fewer than w warps, aiming at w."""
+    c = triton_common
     if w < 0:
-        triton_common.TARGET_WARPS, triton_common.SPLIT_BELOW_WARPS = DEFAULT_SPLIT
+        c.TARGET_WARPS, c.SPLIT_BELOW_WARPS, c.FWD_TARGET_WARPS = DEFAULT_SPLIT
     else:
-        triton_common.TARGET_WARPS, triton_common.SPLIT_BELOW_WARPS = w, w
+        c.TARGET_WARPS, c.SPLIT_BELOW_WARPS, c.FWD_TARGET_WARPS = w, w, w
 
 
 def make(batch, dim, L, N, dtype, seed=0):

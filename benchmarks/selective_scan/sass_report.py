@@ -75,7 +75,9 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
     NP = triton_common.pad_states(N)
     block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP)
     NCK = num_checkpoints(L)
-    nseg, seg = triton_common.segments(batch * triton.cdiv(dim, block_d) * warps, NCK - 1)
+    nseg, seg = triton_common.segments(
+        batch * triton.cdiv(dim, block_d) * warps, NCK - 1, triton_common.FWD_TARGET_WARPS
+    )
     v = dict(
         u=f"*{dt}",
         delta=f"*{dt}",
@@ -107,6 +109,7 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         LOCAL=local,
     )
     v["TT"] = triton_fwd.steps_per_tile(NP)
+    v["SPLIT"] = nseg > 1
     return v, warps, nseg
 
 
@@ -236,7 +239,9 @@ def fmt(c: collections.Counter, per: float = 1.0) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variant", nargs="*", default=None, help="BWD_VARIANT values (--bwd; default: all)")
+    ap.add_argument(
+        "--variant", nargs="*", default=None, help="BWD_VARIANT values (--bwd; default: all)"
+    )
     ap.add_argument("--dtype", nargs="*", default=list(DTYPES))
     ap.add_argument("--shape", type=int, nargs=4, action="append", default=None)
     ap.add_argument("--local", action="store_true", help="also the LOCAL pass (L split)")

@@ -701,9 +701,9 @@ def launch(
             f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}"
         )
     batch, dim, L = u.shape
-    N = A.shape[1]
+    N = int(A.shape[1])  # specialized under symbolic sizes, as in the forward's ``launch``
     NP = pad_states(N)
-    G = num_groups(B)
+    G = int(num_groups(B))
     assert CHECKPOINT_LEN % TILE_T == 0
     block_d, warps = bwd_block_channels(batch, dim, G)
     nblk = triton.cdiv(dim, block_d)

@@ -74,15 +74,20 @@ TARGET_WARPS = 132 * 16
 # fwd+bwd 9.7 vs 11.1 ms at 8x4096x2048 fp32); at 32 and 48 warps (batch 1) the split was 5-18x
 # faster. 512 (about 4 warps per multiprocessor) lies between the measured points.
 SPLIT_BELOW_WARPS = 512
+# The forward's target (a forward warp holds 8 channels, not 32: Note [selective scan forward
+# layout]). H200, 2026-11-30: at batch 1 the forward with 4224 warps ran 0.23 ms vs 0.52 ms with
+# 2112 at (1, 1536, 4096, 16) fp32 and 2.48 vs 4.70 ms at (1, 1024, 65536, 16).
+FWD_TARGET_WARPS = 132 * 64
 
 
-def segments(warps: int, n_chunks: int) -> tuple[int, int]:
+def segments(warps: int, n_chunks: int, target: int | None = None) -> tuple[int, int]:
     """(NSEG, SEG): split ``n_chunks`` checkpoint chunks into NSEG segments of SEG chunks (the last
     may be shorter) when ``warps`` (batch x channel blocks x warps per block) is below
     ``SPLIT_BELOW_WARPS``, aiming at ``TARGET_WARPS``; (1, n_chunks) otherwise. Note [selective scan segments]."""
     if warps >= SPLIT_BELOW_WARPS:
         return 1, max(n_chunks, 1)
-    want = max(1, min(n_chunks, -(-TARGET_WARPS // max(warps, 1))))
+    target = TARGET_WARPS if target is None else target
+    want = max(1, min(n_chunks, -(-target // max(warps, 1))))
     seg = max(1, -(-n_chunks // want))
     return -(-n_chunks // seg) if n_chunks > 0 else 1, max(seg, 1)
 

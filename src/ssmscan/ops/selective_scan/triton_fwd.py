@@ -10,23 +10,26 @@ Note [selective scan forward layout]
 ------------------------------------
 The forward's state-shaped buffers (A2, initial state, checkpoints, segment states) are
 state-contiguous, (dim, NP), unlike the backward's (NP, dim) (Note [selective scan thread layout]).
-Triton's coalescing then gives the (BLOCK_D, NP) state tile 16-byte vectors along the states:
-sizePerThread [1, 4], threadsPerWarp [8, 4] at NP = 16, so a channel's states are spread over
-NP / 4 threads of one warp and ``y = sum_n C h`` ends with two butterfly shuffles. u / delta / z
-are read and ``out`` written as (BLOCK_D, TT) tiles of TT contiguous steps per channel; with TT = 16
-(NP >= 16) the tile takes the same layout as the state (each of a channel's 4 threads holds 4
-steps, one 16-byte load in fp32), so softplus / gate / D are computed once per element, spread over
-the threads, and a step's column (``_col``) is two butterfly shuffles away. The checkpoints are
-written straight into the op's (batch, dim, NCK, N) output when N is a power of two >= 4.
+Triton's coalescing then spreads a channel's states over NP / 4 threads of one warp
+(threadsPerWarp [8, 4] at NP = 16), so ``y = sum_n C h`` ends with two butterfly shuffles. u /
+delta / z are read and ``out`` written as (BLOCK_D, TT) tiles, TT = 8 steps per channel, in the
+state's layout (sizePerThread [1, 2]: each of a channel's 4 threads holds 2 steps), so softplus /
+gate / D are computed once per element, spread over the threads, and a step's column (``_col``) is
+two butterfly shuffles away. The checkpoints are written straight into the op's (batch, dim, NCK,
+N) output when N is a power of two >= 4. With one segment the loop bounds are plain 0 / L
+(``SPLIT``): the segment bounds' min() cost 17-20% of the time.
 
-Why (H200, 2026-11-30, same process, mamba-ssm's kernel beside): the previous layout (one channel
-per thread with all 16 states, (NP, dim) buffers, TT = 4 / 8) gives only batch x dim threads, 1024
-warps at (8, 4096, 2048, 16): about 2 per scheduler, too few to hide the load and MUFU latencies
-(197 instructions per step issued at ~30% of the issue rate; time fell linearly with more warps).
-Spreading the states over 4 threads gives 4x the warps at 56 registers: forward 1.37 -> 1.00 ms
-fp32 and 1.30 -> 0.93 ms bf16 at (8, 4096, 2048, 16), 0.65 -> 0.47 / 0.63 -> 0.44 ms at
-(16, 1536, 1024, 16), although each channel-step now costs 4 x 63 instructions
-(``benchmarks/selective_scan/sass_report.py``).
+Why (H200, 2026-11-30): the previous layout (one channel per thread with all 16 states) gives only
+batch x dim threads, 1024 warps at (8, 4096, 2048, 16), about 2 per scheduler: 197 instructions per
+step issued at ~30% of the issue rate, and time fell about linearly with more warps. Spreading the
+states over 4 threads gives 4x the warps at 48-56 registers, for 4 x 70 instructions per
+channel-step. Forward, library op, same process as mamba-ssm: 1.39 -> 1.34 ms fp32 and 1.32 -> 1.19
+ms bf16 at (8, 4096, 2048, 16); 0.66 -> 0.64 / 0.63 -> 0.61 ms at (16, 1536, 1024, 16); 0.36 -> 0.31
+/ 0.34 -> 0.33 ms at (1, 1536, 4096, 16); but 2.01 -> 2.37 / 1.89 -> 2.28 ms at (1, 1024, 65536, 16)
+(the split path). Open: a stand-alone prototype of the same layout
+(``benchmarks/selective_scan/split_proto/``) runs 1.04 ms fp32 / 0.95 ms bf16 at (8, 4096, 2048, 16)
+and 0.50 / 0.47 ms at (16, 1536, 1024, 16) with the same outputs bit for bit; the segment bounds
+explain part of the gap (``probe4.py``), the rest (1.24 vs 1.34 ms) is not found yet.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.selective_scan import triton_common
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     LOG2E,
@@ -151,6 +155,7 @@ def _selective_scan_fwd_kernel(
     HAS_INIT: tl.constexpr,
     LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
     TT: tl.constexpr,  # steps per loop iteration, divides CK
+    SPLIT: tl.constexpr,  # several segments (program axis 2)
 ):
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
@@ -176,8 +181,12 @@ def _selective_scan_fwd_kernel(
     NC = NCK - 1  # chunks
     c0 = i_s * SEG
     c1 = tl.minimum(c0 + SEG, NC)
-    t_beg = c0 * CK
-    t_end = tl.minimum(c1 * CK, L)
+    if SPLIT:
+        t_beg = c0 * CK
+        t_end = tl.minimum(c1 * CK, L)
+    else:  # one segment: plain bounds (the min() bounds cost 17-20% of the time, H200)
+        t_beg = 0
+        t_end = L
     dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
     if LOCAL:
         h = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
@@ -264,9 +273,8 @@ def _selective_scan_fwd_carry_kernel(
 
 
 def steps_per_tile(NP: int) -> int:
-    """TT: the tile width that takes the state's layout (Note [selective scan forward layout]):
-    NP steps up to 16 (4 threads x 4 steps at NP = 16), 16 above."""
-    return min(NP, 16)
+    """TT (Note [selective scan forward layout]): 8 steps, NP when smaller."""
+    return min(NP, 8)
 
 
 def fwd_block_channels(batch: int, dim: int, G: int, NP: int) -> tuple[int, int]:
@@ -276,7 +284,7 @@ def fwd_block_channels(batch: int, dim: int, G: int, NP: int) -> tuple[int, int]
     warps = 4
     block_d = max(1, warps * 32 // per_channel)
     if G > 1:
-        per_group = dim // G
+        per_group = int(dim) // G  # specialized, as N and G (``launch``)
         limit = per_group & -per_group  # largest power of two dividing it
         if limit < block_d:
             block_d = limit
@@ -318,16 +326,19 @@ def launch(
             f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}"
         )
     batch, dim, L = u.shape
-    N = A.shape[1]
+    # N and G pick constexprs (NP, the block): int() specializes them when the sizes are symbolic
+    # (torch.compile(dynamic=True)); next_power_of_2 on a SymInt is a bitwise expression sympy
+    # cannot cope with (the compile ran for minutes, then crashed)
+    N = int(A.shape[1])
     NP = pad_states(N)
-    G = num_groups(B)
+    G = int(num_groups(B))
     NCK = checkpoints.shape[2]
     TT = steps_per_tile(NP)
     assert CHECKPOINT_LEN % TT == 0 and NCK == num_checkpoints(L), (NCK, L)
     assert out.shape == (batch, dim, L) and last_state.shape == (batch, dim, N)
     block_d, warps = fwd_block_channels(batch, dim, G, NP)
     nblk = triton.cdiv(dim, block_d)
-    nseg, seg = segments(batch * nblk * warps, NCK - 1)
+    nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     f32 = torch.float32
     dev = u.device
     # state-contiguous buffers (Note [selective scan forward layout]): the checkpoints go straight
@@ -364,6 +375,7 @@ def launch(
         HAS_BIAS=delta_bias is not None,
         HAS_INIT=initial_state is not None,
         TT=TT,
+        SPLIT=nseg > 1,
         num_warps=warps,
     )
     kernel = launcher(_selective_scan_fwd_kernel)

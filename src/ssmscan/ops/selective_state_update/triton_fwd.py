@@ -86,12 +86,14 @@ def launch(
 ) -> None:
     """One step into the preallocated ``out`` (batch, dim) and ``new_state`` (batch, dim, N)."""
     batch, dim = x.shape
-    N = A.shape[1]
+    # N, G and dim pick constexprs: int() specializes them under symbolic sizes (next_power_of_2 of
+    # a SymInt is a bitwise expression sympy cannot cope with)
+    N = int(A.shape[1])
     if batch == 0 or dim == 0:
         return
-    G = 1 if B.dim() == 2 else B.shape[1]
+    G = 1 if B.dim() == 2 else int(B.shape[1])
     NP = triton.next_power_of_2(N)
-    block_d = max(1, min(128, 2048 // NP, triton.next_power_of_2(dim)))
+    block_d = max(1, min(128, 2048 // NP, triton.next_power_of_2(int(dim))))
     grid = (triton.cdiv(dim, block_d), batch)
     f32 = torch.float32
     launcher(_selective_state_update_fwd_kernel)[grid](
