@@ -315,7 +315,7 @@ def _selective_scan_bwd_tile_kernel(
     o_n = tl.arange(0, NP)
     o_t = tl.arange(0, 4)
     # (BLOCK_D, NP) offsets in the channel-contiguous layout; max hides dim's divisibility by 16
-    # (one channel with all its states per thread, Note [selective scan forward tiles])
+    # (one channel with all its states per thread, Note [selective scan thread layout])
     o_nd = o_n[None, :] * tl.maximum(dim, 1) + o_d[:, None]
     m_d2 = m_d[:, None]
     SZ = NP * dim  # one state-shaped entry

@@ -4,22 +4,26 @@ Note [selective scan thread layout]
 -----------------------------------
 Every program owns one batch row ``b``, a block of ``BLOCK_D`` channels with *all* N states of each
 channel, and one segment of L, and walks time sequentially: the recurrence of each (d, n) lane is
-independent, so no cross-thread scan is needed. The state is a (BLOCK_D, NP) register tile, and
-every state-shaped buffer (A, initial / final / checkpointed states, scratch) is laid out
+independent, so no cross-thread scan is needed. The state is a (BLOCK_D, NP) register tile.
+
+The backward lays every state-shaped buffer (A, checkpointed states, scratch) out
 channel-contiguous, (NP, dim): Triton's coalescing then puts the threads along the channels, one
 channel with all its states per thread, so ``y = sum_n C h``, ``du`` and ``ddelta`` are in-thread
-sums (no shuffles; a (dim, N) layout spreads a channel's states over threads, seen as 128-256
-SHFL per 4 steps in the SASS). The launchers prepare, once per call:
+sums. The state offsets use ``max(dim, 1)`` instead of ``dim``: that hides dim's divisibility by 16,
+without which Triton vectorizes the state accesses along the channels, putting 4 channels in a
+thread and the states over threads *and warps* (shared memory and barriers every step). The
+forward instead spreads a channel's states over NP / 4 threads of one warp, state-contiguous
+(dim, NP) buffers, for 4x the warps (Note [selective scan forward layout] in ``triton_fwd``).
+The launchers prepare, once per call:
 
-* ``A2t`` (NP, dim) fp32: ``A * log2(e)``, zero-padded to NP states (a padded state has decay 1
-  and input 0, so it stays 0);
+* ``A2t`` (NP, dim) fp32 (backward) / ``A2`` (dim, NP) fp32 (forward): ``A * log2(e)``,
+  zero-padded to NP states (a padded state has decay 1 and input 0, so it stays 0);
 * ``Bt``, ``Ct`` (batch, G, L, NP) fp32: B and C transposed time-major and padded (these are
   ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads;
-* states-major copies of the checkpoints / initial state / dlast_state, transposed back at the end.
+* copies of the checkpoints / initial state / dlast_state in the kernel's layout, transposed back
+  at the end where it differs from the op's.
 
-Time is walked in unrolled groups of ``TILE_T = 4`` steps (the forward: Note [selective scan forward
-tiles] in ``triton_fwd``); in the backward u, delta, z and dout are read one
-column (BLOCK_D,) per step.
+The backward walks time in unrolled groups of ``TILE_T = 4`` steps, the forward in 8-step tiles.
 
 Note [selective scan segments]
 ------------------------------
