@@ -1,0 +1,171 @@
+"""The models ``ssmscan report`` / ``export`` / ``bench`` run: built-in presets, a transformers
+Mamba, or a user file; inputs and example shapes for them."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ssmscan._cli_util import ALL_TARGETS, UsageError
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the report: a module taking (batch, L) int64 ids, and its vocabulary."""
+
+    name: str
+    module: torch.nn.Module
+    vocab_size: int
+
+
+class _LogitsOnly(torch.nn.Module):
+    """Wraps a transformers causal LM: ``input_ids -> logits`` (no cache), for export."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, use_cache=False).logits
+
+
+def _hf_tiny() -> LoadedModel:
+    try:
+        import transformers
+
+        from ssmscan.integrations.transformers import use_ssmscan
+    except ImportError as e:
+        raise UsageError(
+            f"model 'hf-tiny' needs transformers ({e}); install it with: pip install 'ssmscan[hf]'"
+        ) from None
+    cfg = transformers.MambaConfig(
+        vocab_size=256, hidden_size=64, state_size=16, num_hidden_layers=2, expand=2
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.MambaForCausalLM(cfg)
+    return LoadedModel("hf-tiny", _LogitsOnly(use_ssmscan(model)).eval(), cfg.vocab_size)
+
+
+def _vocab_size(module: torch.nn.Module) -> int | None:
+    for owner in (getattr(module, "config", None), module):
+        v = getattr(owner, "vocab_size", None)
+        if isinstance(v, int) and v > 0:
+            return v
+    for m in module.modules():
+        if isinstance(m, torch.nn.Embedding):
+            return m.num_embeddings
+    return None
+
+
+def _from_file(spec: str) -> LoadedModel:
+    path, _, factory_name = spec.rpartition(":")
+    if not path.endswith(".py") or not factory_name.isidentifier():
+        raise UsageError(f"--model {spec!r}: expected tiny, hf-tiny or path/to/file.py:factory")
+    if not os.path.isfile(path):
+        raise UsageError(f"--model {spec!r}: no such file {path!r}")
+    mod_spec = importlib.util.spec_from_file_location(f"_ssmscan_user_model_{os.getpid()}", path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise UsageError(f"--model {spec!r}: cannot load {path!r} as a Python module")
+    module = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(module)
+    except Exception as e:
+        raise UsageError(
+            f"--model {spec!r}: importing {path} raised {type(e).__name__}: {e}"
+        ) from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise UsageError(f"--model {spec!r}: {path} has no callable {factory_name!r}")
+    try:
+        model = factory()
+    except Exception as e:
+        raise UsageError(
+            f"--model {spec!r}: {factory_name}() raised {type(e).__name__}: {e}"
+        ) from None
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(
+            f"--model {spec!r}: {factory_name}() must return a torch.nn.Module; got "
+            f"{type(model).__name__}"
+        )
+    vocab = _vocab_size(model)
+    if vocab is None:
+        raise UsageError(
+            f"--model {spec!r}: cannot tell the vocabulary size (the model takes (batch, L) int64 "
+            "token ids: give it a vocab_size attribute, a config.vocab_size, or an nn.Embedding)"
+        )
+    return LoadedModel(spec, model.eval(), vocab)
+
+
+def load_model(spec: str) -> LoadedModel:
+    """``tiny`` (or another ``MambaConfig`` preset), ``hf-tiny`` or ``path/to/file.py:factory``.
+
+    Args:
+        spec: the ``--model`` argument. A factory is called with no arguments and returns an
+            ``nn.Module`` whose forward takes (batch, L) int64 token ids; the first tensor of its
+            output (a pytree) is compared across targets.
+
+    Returns:
+        A :class:`LoadedModel` in eval mode, float32, on CPU, seeded.
+
+    Raises:
+        UsageError: an unknown name, a bad ``file.py:factory``, or transformers missing for
+            ``hf-tiny``.
+    """
+    from ssmscan.models import MambaConfig, build_model
+
+    if spec == "hf-tiny":
+        return _hf_tiny()
+    if spec in MambaConfig.PRESETS:
+        model = build_model(spec).eval()
+        return LoadedModel(spec, model, model.config.vocab_size)
+    if ":" in spec:
+        return _from_file(spec)
+    raise UsageError(
+        f"unknown model {spec!r}: expected hf-tiny, a preset ({', '.join(MambaConfig.PRESETS)}) "
+        "or path/to/file.py:factory"
+    )
+
+
+def load_on(spec: str, device: str) -> LoadedModel:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU here")
+    loaded = load_model(spec)
+    loaded.module.to(device)
+    return loaded
+
+
+def parse_targets(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UsageError("--targets is empty")
+    unknown = [t for t in names if t not in ALL_TARGETS]
+    if unknown:
+        raise UsageError(
+            f"unknown target(s) {', '.join(unknown)}: choose from {','.join(ALL_TARGETS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def example_ids(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, length), generator=g)
+
+
+def dynamic_spec(seq_len: int) -> Any:
+    from torch.export import Dim
+
+    return ({1: Dim("seq_len", min=2, max=max(65536, seq_len))},)
+
+
+def first_tensor(out: Any) -> torch.Tensor:
+    import torch.utils._pytree as pytree
+
+    for leaf in pytree.tree_leaves(out):
+        if isinstance(leaf, torch.Tensor):
+            return leaf
+    raise TypeError(f"the model's output has no tensor: {type(out).__name__}")
