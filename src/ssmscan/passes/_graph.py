@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["Decision", "PassResult"]
 
@@ -154,10 +157,11 @@ def _repropagate(gm: fx.GraphModule) -> None:
         return
     try:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*vals)
-    except RuntimeError:
+    except RuntimeError as e:
         # Some meta kernels reject symbolic pads on re-propagation; the spliced nodes keep the
-        # values their trace gave them (same fake mode), downstream nodes keep theirs.
-        pass
+        # values their trace gave them (same fake mode), downstream nodes keep theirs. Logged at
+        # debug level on ``ssmscan.passes._graph`` (not silent, not an error).
+        _log.debug("meta['val'] re-propagation skipped: %s", " ".join(str(e).split())[:300])
 
 
 def _sync_output_names(gm: fx.GraphModule, program: torch.export.ExportedProgram) -> None:
