@@ -101,14 +101,19 @@ def pad_states(N: int) -> int:
     return max(4, triton.next_power_of_2(N))
 
 
-def prep_A_t(A: torch.Tensor, NP: int) -> torch.Tensor:
-    """A (dim, N) -> A * log2(e) as (NP, dim) fp32, zero-padded: the kernels' channel-contiguous
-    state layout."""
+def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
+    """A (dim, N) -> A * log2(e) as (dim, NP) fp32, zero-padded: the forward's state-contiguous
+    layout."""
     N = A.shape[1]
     a2 = A.to(torch.float32) * LOG2E
     if NP != N:
         a2 = torch.nn.functional.pad(a2, (0, NP - N))
-    return a2.t().contiguous()
+    return a2.contiguous()
+
+
+def prep_A_t(A: torch.Tensor, NP: int) -> torch.Tensor:
+    """``prep_A`` transposed, (NP, dim): the backward's channel-contiguous state layout."""
+    return prep_A(A, NP).t().contiguous()
 
 
 def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:

@@ -42,11 +42,11 @@ from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import triton_common
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
-    LOG2E,
     _sigmoid,
     _softplus,
     num_groups,
     pad_states,
+    prep_A,
     prep_BC,
     segments,
 )
@@ -349,13 +349,10 @@ def launch(
     if initial_state is not None:
         init_t = torch.zeros((batch, dim, NP), dtype=f32, device=dev)
         init_t[:, :, :N].copy_(initial_state)
-    a2 = A.to(f32) * LOG2E
-    if NP != N:
-        a2 = torch.nn.functional.pad(a2, (0, NP - N))
     args = dict(
         u=u.contiguous(),
         delta=delta.contiguous(),
-        A2=a2.contiguous(),
+        A2=prep_A(A, NP),
         Bt=prep_BC(B, batch, NP),
         Ct=prep_BC(C, batch, NP),
         Dv=D.to(f32).contiguous() if D is not None else None,
