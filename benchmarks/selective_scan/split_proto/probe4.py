@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from ssmscan.ops.selective_scan import op as _op  # noqa
 import bench_gpu
-import fwd_split2
+import fwd_split
 from probe_split import proto, prep_of, t
 
 for shape in [(8, 4096, 2048, 16), (16, 1536, 1024, 16)]:
@@ -24,7 +24,7 @@ for shape in [(8, 4096, 2048, 16), (16, 1536, 1024, 16)]:
         proto(kw, 8, 32, 4, ref, ck, (A2, Bt, Ct))
 
         def run(te, ini, grp):
-            fwd_split2.fwd_split2_kernel[(triton.cdiv(dim, 32), batch, 1)](
+            fwd_split.fwd_split_kernel[(triton.cdiv(dim, 32), batch, 1)](
                 kw["u"],
                 kw["delta"],
                 A2,

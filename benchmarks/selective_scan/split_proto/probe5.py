@@ -13,7 +13,7 @@ import triton
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import bench_gpu
-import fwd_split2
+import fwd_split
 from probe_split import prep_of, t
 
 from ssmscan.ops.selective_scan import op as _op  # noqa: F401
@@ -132,7 +132,7 @@ def main():
             ck_p = torch.empty(batch, dim, NCK, 16, device="cuda")
 
             def run_p():
-                fwd_split2.fwd_split2_kernel[(triton.cdiv(dim, 32), batch, 1)](
+                fwd_split.fwd_split_kernel[(triton.cdiv(dim, 32), batch, 1)](
                     kw["u"],
                     kw["delta"],
                     A2,

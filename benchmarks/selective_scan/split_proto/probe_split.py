@@ -42,6 +42,8 @@ def proto(kw, TT, BD, W, out, ck, prep):
         dim,
         L,
         NCK,
+        NCK - 1,  # SEG
+        1,  # G
         NP=16,
         CK=256,
         BLOCK_D=BD,
