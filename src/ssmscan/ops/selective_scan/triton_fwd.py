@@ -342,8 +342,9 @@ def launch(
     f32 = torch.float32
     dev = u.device
     # state-contiguous buffers (Note [selective scan forward layout]): the checkpoints go straight
-    # into ``checkpoints`` (batch, dim, NCK, N) unless N was padded
-    direct = NP == N and checkpoints.is_contiguous() and checkpoints.dtype == f32
+    # into ``checkpoints`` (fresh, contiguous fp32 (batch, dim, NCK, N): ``shapes``) unless N was
+    # padded
+    direct = NP == N
     ckt = checkpoints if direct else torch.empty((batch, dim, NCK, NP), dtype=f32, device=dev)
     init_t = None
     if initial_state is not None:
