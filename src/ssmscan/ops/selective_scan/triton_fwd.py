@@ -26,10 +26,15 @@ states over 4 threads gives 4x the warps at 48-56 registers, for 4 x 70 instruct
 channel-step. Forward, library op, same process as mamba-ssm: 1.39 -> 1.34 ms fp32 and 1.32 -> 1.19
 ms bf16 at (8, 4096, 2048, 16); 0.66 -> 0.64 / 0.63 -> 0.61 ms at (16, 1536, 1024, 16); 0.36 -> 0.31
 / 0.34 -> 0.33 ms at (1, 1536, 4096, 16); but 2.01 -> 2.37 / 1.89 -> 2.28 ms at (1, 1024, 65536, 16)
-(the split path). Open: a stand-alone prototype of the same layout
-(``benchmarks/selective_scan/split_proto/``) runs 1.04 ms fp32 / 0.95 ms bf16 at (8, 4096, 2048, 16)
-and 0.50 / 0.47 ms at (16, 1536, 1024, 16) with the same outputs bit for bit; the segment bounds
-explain part of the gap (``probe4.py``), the rest (1.24 vs 1.34 ms) is not found yet.
+(the split path).
+
+Instruction order matters more than instruction count here (H200, fourth session,
+``split_proto/probe5.py`` / ``probe6.py``): loading C_t next to B_t, before the update, instead of
+after it, gives the same instructions but lets ptxas keep more loads in flight (62 registers
+instead of 48) and took the kernel from 1.34 to 1.04 ms fp32 and 1.21 to 0.87 ms bf16 at (8, 4096,
+2048, 16), 0.66 -> 0.45 / 0.62 -> 0.39 ms at (16, 1536, 1024, 16). Other one-line changes (the
+final store unconditional, 1-D program ids) moved the time by 10-30% either way, with 48-56
+registers: check ``n_regs`` and time on the device after touching the loop.
 """
 
 from __future__ import annotations
@@ -106,12 +111,11 @@ def _fwd_tile(
     for j in tl.static_range(TT):
         m_j = t0 + j < t_end
         b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
-        h = (
-            tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2) * h
-            + _col(b_du, o_t, j)[:, None] * b_B[None, :]
-        )
-        if not LOCAL:
+        if not LOCAL:  # C_t loaded with B_t, before the update (see the Note: 1.34 -> 1.04 ms)
             b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
+        b_dtj = _col(b_dt, o_t, j)
+        h = tl.exp2(b_dtj[:, None] * b_A2) * h + _col(b_du, o_t, j)[:, None] * b_B[None, :]
+        if not LOCAL:
             b_yj = tl.sum(h * b_C[None, :], axis=1)
             b_y = tl.where(o_t[None, :] == j, b_yj[:, None], b_y)
     if not LOCAL:
