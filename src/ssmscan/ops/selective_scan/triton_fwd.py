@@ -29,12 +29,14 @@ ms bf16 at (8, 4096, 2048, 16); 0.66 -> 0.64 / 0.63 -> 0.61 ms at (16, 1536, 102
 (the split path).
 
 Instruction order matters more than instruction count here (H200, fourth session,
-``split_proto/probe5.py`` / ``probe6.py``): loading C_t next to B_t, before the update, instead of
-after it, gives the same instructions but lets ptxas keep more loads in flight (62 registers
-instead of 48) and took the kernel from 1.34 to 1.04 ms fp32 and 1.21 to 0.87 ms bf16 at (8, 4096,
-2048, 16), 0.66 -> 0.45 / 0.62 -> 0.39 ms at (16, 1536, 1024, 16). Other one-line changes (the
-final store unconditional, 1-D program ids) moved the time by 10-30% either way, with 48-56
-registers: check ``n_regs`` and time on the device after touching the loop.
+``split_proto/probe5.py`` .. ``probe8.py``, ms at (8, 4096, 2048, 16) fp32 / bf16 and (16, 1536,
+1024, 16) fp32 / bf16): loading C_t next to B_t before the update, instead of after it, took the
+kernel from 1.34 / 1.21 / 0.66 / 0.62 to 1.04 / 0.87 / 0.45 / 0.39 (48 -> 62 registers, same
+instructions); loading every B_t / C_t of the tile, and z, before the first update took it to
+0.86 / 0.80 / 0.38 / 0.36 (124 registers: 16 warps per multiprocessor instead of 32, but the
+loads of a tile in flight together). Other one-line changes (the final store unconditional, 1-D
+program ids) moved the time by 10-30% either way: check ``n_regs`` and time on the device after
+touching the loop.
 """
 
 from __future__ import annotations
@@ -99,6 +101,16 @@ def _fwd_tile(
     p = row[:, None] + o_tt[None, :]  # (BLOCK_D, TT)
     b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
     b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+    if HAS_Z and not LOCAL:
+        b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
+    # every B_t / C_t of the tile loaded before the first update (the Note: in flight together)
+    Bs = ()
+    Cs = ()
+    for j in tl.static_range(TT):
+        m_j = t0 + j < t_end
+        Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0),)  # noqa: RUF005  (Triton tuples)
+        if not LOCAL:
+            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0),)  # noqa: RUF005
     if HAS_BIAS:
         b_dt += b_bias[:, None]
     if SOFTPLUS:
@@ -109,20 +121,15 @@ def _fwd_tile(
     b_du = b_dt * b_u
     b_y = tl.zeros_like(b_u)
     for j in tl.static_range(TT):
-        m_j = t0 + j < t_end
-        b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
-        if not LOCAL:  # C_t loaded with B_t, before the update (see the Note: 1.34 -> 1.04 ms)
-            b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
         b_dtj = _col(b_dt, o_t, j)
-        h = tl.exp2(b_dtj[:, None] * b_A2) * h + _col(b_du, o_t, j)[:, None] * b_B[None, :]
+        h = tl.exp2(b_dtj[:, None] * b_A2) * h + _col(b_du, o_t, j)[:, None] * Bs[j][None, :]
         if not LOCAL:
-            b_yj = tl.sum(h * b_C[None, :], axis=1)
+            b_yj = tl.sum(h * Cs[j][None, :], axis=1)
             b_y = tl.where(o_t[None, :] == j, b_yj[:, None], b_y)
     if not LOCAL:
         if HAS_D:
             b_y += b_D[:, None] * b_u
         if HAS_Z:
-            b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
             b_y *= b_z * _sigmoid(b_z)
         tl.store(out + p, b_y.to(out.dtype.element_ty), mask=m)
     return h, dt_sum
