@@ -193,6 +193,23 @@ def check(kw, dout, refs):
     return errs
 
 
+def graph_ms(fn) -> float:
+    """Median ms of ``fn`` replayed from a CUDA graph: the GPU time without the host's launch
+    overhead (what torch.compile's "reduce-overhead" mode gives)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ms = triton.testing.do_bench(g.replay, return_mode="median", warmup=10, rep=60)
+    del g
+    return ms
+
+
 def floors(batch, dim, L, N, dtype):
     el = torch.empty((), dtype=dtype).element_size()
     exps = batch * dim * L * N
@@ -215,6 +232,9 @@ def main():
     )
     ap.add_argument("--shapes", default=None, help="e.g. 8x4096x2048x16,1x1024x65536x16")
     ap.add_argument("--tol-fwd", type=float, default=None)
+    ap.add_argument(
+        "--graph", action="store_true", help="also time both from CUDA graphs (no host overhead)"
+    )
     args = ap.parse_args()
     try:
         import selective_scan_cuda as mb
@@ -254,6 +274,11 @@ def main():
                     warmup=10,
                     rep=60,
                 )
+                if args.graph:
+                    row["mamba_fwd_graph_ms"] = graph_ms(lambda kw=kw: mamba_fwd(mb, kw))
+                    row["mamba_fb_graph_ms"] = graph_ms(
+                        lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout)
+                    )
             refs = references(kw, dout, mb)
             for ck, tw in variants:
                 set_checkpoint_len(ck)
@@ -283,6 +308,11 @@ def main():
                     warmup=10,
                     rep=60,
                 )
+                if args.graph:
+                    row[f"ck{ck}_fwd_graph_ms"] = graph_ms(lambda kw=kw: ours_fwd(kw))
+                    row[f"ck{ck}_fb_graph_ms"] = graph_ms(
+                        lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout)
+                    )
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs
@@ -308,6 +338,21 @@ def main():
                 f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
                 f"{r['floor_fwd_ms'] / of:.2f} | {mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} | {r['floor_fb_ms'] / ofb:.2f} |"
             )
+    if args.graph:
+        print(
+            "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |"
+        )
+        for r in rows:
+            for ck in [f"{c}w{t}" for c, t in variants]:
+                if f"ck{ck}_fwd_graph_ms" not in r:
+                    continue
+                mf = r.get("mamba_fwd_graph_ms", float("nan"))
+                mfb = r.get("mamba_fb_graph_ms", float("nan"))
+                of, ofb = r[f"ck{ck}_fwd_graph_ms"], r[f"ck{ck}_fb_graph_ms"]
+                print(
+                    f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
+                    f"{mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} |"
+                )
 
 
 if __name__ == "__main__":
