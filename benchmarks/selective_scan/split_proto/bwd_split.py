@@ -12,8 +12,50 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.selective_scan.triton_bwd import _bfly
 from ssmscan.ops.selective_scan.triton_common import LOG2E, _sigmoid, _softplus
 from ssmscan.ops.selective_scan.triton_fwd import _col
+
+
+@triton.jit
+def _swap_rows(x, MASK: tl.constexpr, EMU: tl.constexpr):
+    """x[d ^ (MASK // 4)]: on the GPU the lane ``laneid ^ MASK``'s x (lane bits 2-4 are row bits
+    0-2, ``_rs8``); EMU (the interpreter, no inline PTX) the same rows by ``tl.gather``."""
+    if EMU:
+        d = tl.arange(0, x.shape[0])[:, None] ^ (MASK // 4)
+        return tl.gather(x, tl.broadcast_to(d, x.shape), axis=0)
+    else:
+        return _bfly(x, MASK)
+
+
+@triton.jit
+def _rs8(x, BLOCK_D: tl.constexpr, NP: tl.constexpr, EMU: tl.constexpr):
+    """Sum of the (BLOCK_D = 8, NP = 16) x over its 8 rows (channels), scattered: r (8, 4) with
+    r[d, j] = the total for state 8 (d & 1) + 2 j + ((d >> 1) & 1) (rows d and d ^ 4 equal).
+    4 shuffles (``_bfly``) instead of tl.sum's 12. The one physical assumption: the shuffled
+    tensors' layouts put lane bits 2-4 on row bits 0-2 (one warp, threadsPerWarp [8, 4]; checked
+    in the TTGIR: #linear / #linear1). Everything else is logical indices, so layout conversions
+    Triton inserts elsewhere (the store) cannot break it."""
+    d = tl.arange(0, BLOCK_D)[:, None]
+    a, b = tl.split(tl.permute(tl.reshape(x, (BLOCK_D, 2, NP // 2)), (0, 2, 1)))  # n < 8, >= 8
+    hi = (d & 1) == 1
+    x = tl.where(hi, b, a) + _swap_rows(tl.where(hi, a, b), 4, EMU)  # (8, 8): n = 8 (d & 1) + i
+    a, b = tl.split(tl.reshape(x, (BLOCK_D, NP // 4, 2)))  # even / odd i
+    hi = ((d >> 1) & 1) == 1
+    x = tl.where(hi, b, a) + _swap_rows(
+        tl.where(hi, a, b), 8, EMU
+    )  # (8, 4): n = 8 (d & 1) + 2 j + bit 1
+    return x + _swap_rows(x, 16, EMU)
+
+
+@triton.jit
+def _store_rs8(base, x, m, BLOCK_D: tl.constexpr, NP: tl.constexpr, EMU: tl.constexpr):
+    """base[n] = sum over the 8 rows of x[:, n] (``_rs8``), each n stored once."""
+    r = _rs8(x, BLOCK_D, NP, EMU)
+    d = tl.arange(0, BLOCK_D)[:, None]
+    j = tl.arange(0, NP // 4)[None, :]
+    n = 8 * (d & 1) + 2 * j + ((d >> 1) & 1)
+    tl.store(base + n, r, mask=(d < 4) & m)
 
 
 @triton.jit
@@ -45,6 +87,9 @@ def bwd_split_kernel(
     BLOCK_D: tl.constexpr,
     TT: tl.constexpr,
     KEEP_A: tl.constexpr = True,  # keep a_j from the recompute (else a third exp2)
+    RS: tl.constexpr = False,  # dB_t / dC_t by _rs8 (BLOCK_D 8, one warp, NP 16; GPU only)
+    PF: tl.constexpr = False,  # every B_t / C_t of a tile loaded at its start (and shared)
+    EMU: tl.constexpr = False,  # RS's shuffles emulated by tl.gather (interpreter)
 ):
     NT: tl.constexpr = CK // TT
     i_d = tl.program_id(0)
@@ -93,8 +138,15 @@ def bwd_split_kernel(
             b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
             b_dt = tl.where(m, _softplus(b_dt + b_bias[:, None]), 0.0)
             b_dtu = b_dt * b_u
+            Bs = ()
+            if PF:
+                for j in tl.static_range(TT):
+                    Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
             for j in tl.static_range(TT):
-                b_B = tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0)
+                if PF:
+                    b_B = Bs[j]
+                else:
+                    b_B = tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0)
                 b_dtj = _col(b_dt, o_t, j)
                 h = tl.exp2(b_dtj[:, None] * b_A2) * h + _col(b_dtu, o_t, j)[:, None] * b_B[None, :]
         tl.store(p_sc + (n_tiles - 1) * (BLOCK_D * NP), h)
@@ -115,19 +167,32 @@ def bwd_split_kernel(
             b_dy = b_do * b_z * sig_z
             b_dtu = b_dt * b_u
             # forward through the tile, keeping h_j (and a_j)
+            Bs = ()
+            Cs = ()
+            if PF:
+                for j in tl.static_range(TT):
+                    Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
+                    Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
             h = hs
             h_all = ()
             a_all = ()
             b_y = tl.zeros_like(b_u)
             for j in tl.static_range(TT):
                 m_j = t0 + j < L
-                b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
-                b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
+                if PF:
+                    b_B = Bs[j]
+                    b_C = Cs[j]
+                else:
+                    b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
+                    b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
                 a = tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2)
                 h = a * h + _col(b_dtu, o_t, j)[:, None] * b_B[None, :]
                 b_y = tl.where(o_t[None, :] == j, tl.sum(h * b_C[None, :], axis=1)[:, None], b_y)
                 dy_j = _col(b_dy, o_t, j)
-                tl.store(p_dC + (t0 + j) * NP, tl.sum(h * dy_j[:, None], axis=0), mask=m_j)
+                if RS:
+                    _store_rs8(dCp + part + (t0 + j) * NP, h * dy_j[:, None], m_j, BLOCK_D, NP, EMU)
+                else:
+                    tl.store(p_dC + (t0 + j) * NP, tl.sum(h * dy_j[:, None], axis=0), mask=m_j)
                 h_all = h_all + (h,)  # noqa: RUF005  (Triton tuples)
                 if KEEP_A:
                     a_all = a_all + (a,)  # noqa: RUF005
@@ -137,8 +202,12 @@ def bwd_split_kernel(
             for jj in tl.static_range(TT):
                 j = TT - 1 - jj
                 m_j = t0 + j < L
-                b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
-                b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
+                if PF:
+                    b_B = Bs[TT - 1 - jj]
+                    b_C = Cs[TT - 1 - jj]
+                else:
+                    b_B = tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0)
+                    b_C = tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0)
                 b_dtj = _col(b_dt, o_t, j)
                 g = G + b_C[None, :] * _col(b_dy, o_t, j)[:, None]
                 if KEEP_A:
@@ -153,7 +222,12 @@ def bwd_split_kernel(
                 b_qA = tl.where(o_t[None, :] == j, tl.sum(q * b_A2, axis=1)[:, None], b_qA)
                 b_gB = tl.where(o_t[None, :] == j, tl.sum(g * b_B[None, :], axis=1)[:, None], b_gB)
                 dtu_j = _col(b_dtu, o_t, j)
-                tl.store(p_dB + (t0 + j) * NP, tl.sum(g * dtu_j[:, None], axis=0), mask=m_j)
+                if RS:
+                    _store_rs8(
+                        dBp + part + (t0 + j) * NP, g * dtu_j[:, None], m_j, BLOCK_D, NP, EMU
+                    )
+                else:
+                    tl.store(p_dB + (t0 + j) * NP, tl.sum(g * dtu_j[:, None], axis=0), mask=m_j)
                 G = ga
             b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB
             b_du = b_dt * b_gB + b_D[:, None] * b_dy
@@ -185,6 +259,8 @@ def run(
     warps=1,
     TT=8,
     KEEP_A=True,
+    RS=False,
+    PF=False,
     reduce=True,
 ):
     """(du, ddelta, dA, dB, dC, dD, dz, ddelta_bias); ckpt the forward's (batch, dim, NCK, 16)."""
@@ -234,6 +310,9 @@ def run(
         BLOCK_D=BLOCK_D,
         TT=TT,
         KEEP_A=KEEP_A,
+        RS=RS,
+        EMU=RS and not u.is_cuda,
+        PF=PF,
         num_warps=warps,
     )
     if not reduce:

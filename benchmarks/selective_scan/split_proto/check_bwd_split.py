@@ -53,7 +53,10 @@ def compare(batch, dim, L, dtype=torch.float32, device="cpu", **cfg):
 
 if __name__ == "__main__":
     dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    for cfg in (dict(BLOCK_D=8, warps=1, TT=8), dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=False)):
+    for cfg in (
+        dict(BLOCK_D=8, warps=1, TT=8, PF=True, RS=True),
+        dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=False, PF=True),
+    ):
         print(cfg)
         w = compare(2, 16, 300, device=dev, **cfg)
         assert w < 1e-4, w

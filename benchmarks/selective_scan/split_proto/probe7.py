@@ -18,10 +18,11 @@ from ssmscan.ops.selective_scan import op as _op  # noqa: F401
 
 CFGS = [
     dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=False),
-    dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=True),
-    dict(BLOCK_D=8, warps=1, TT=8, KEEP_A=False),
-    dict(BLOCK_D=8, warps=1, TT=8, KEEP_A=True),
-    dict(BLOCK_D=32, warps=4, TT=4, KEEP_A=False),
+    dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=False, PF=True),
+    dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=False, RS=True),
+    dict(BLOCK_D=8, warps=1, TT=4, KEEP_A=False, PF=True, RS=True),
+    dict(BLOCK_D=8, warps=1, TT=8, KEEP_A=True, PF=True),
+    dict(BLOCK_D=8, warps=1, TT=8, KEEP_A=True, PF=True, RS=True),
 ]
 
 
@@ -54,7 +55,11 @@ def main():
                     )
                     whole = t(lambda: bwd_split.run(dout, *args, ckpt, **cfg))
                     kern = t(lambda: bwd_split.run(dout, *args, ckpt, reduce=False, **cfg))
-                    tag = "{BLOCK_D}/{warps}w/TT{TT}/{KEEP_A:d}".format(**cfg)
+                    tag = "TT{TT}{pf}{rs}".format(
+                        TT=cfg["TT"],
+                        pf="+PF" if cfg.get("PF") else "",
+                        rs="+RS" if cfg.get("RS") else "",
+                    )
                     line.append(f"{tag} {whole:.3f} k{kern:.3f} e{worst:.1e}")
                 except Exception as e:
                     line.append(f"{cfg} FAILED {type(e).__name__}: {str(e)[:100]}")
