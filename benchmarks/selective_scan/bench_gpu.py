@@ -235,6 +235,12 @@ def main():
     ap.add_argument(
         "--graph", action="store_true", help="also time both from CUDA graphs (no host overhead)"
     )
+    ap.add_argument(
+        "--bwd-variants",
+        default=triton_bwd.BWD_VARIANT,
+        help="triton_bwd.BWD_VARIANT values to time, e.g. tile_rs,split (keys get a suffix "
+        "for all but the library's default)",
+    )
     args = ap.parse_args()
     try:
         import selective_scan_cuda as mb
@@ -248,11 +254,17 @@ def main():
         if args.shapes is None
         else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
     )
+    default_bwd = triton_bwd.BWD_VARIANT
     variants = [
-        (ck, tw)
+        (ck, tw, bv)
         for ck in [int(c) for c in args.ck.split(",")]
         for tw in [int(t) for t in args.targets.split(",")]
+        for bv in args.bwd_variants.split(",")
     ]
+
+    def key(ck, tw, bv):
+        return f"{ck}w{tw}" + ("" if bv == default_bwd else bv)
+
     for batch, dim, L, N in shapes_:
         for dtype in (torch.float32, torch.bfloat16):
             kw = make(batch, dim, L, N, dtype)
@@ -280,10 +292,11 @@ def main():
                         lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout)
                     )
             refs = references(kw, dout, mb)
-            for ck, tw in variants:
+            for ck, tw, bv in variants:
                 set_checkpoint_len(ck)
                 set_target_warps(tw)
-                ck = f"{ck}w{tw}"
+                triton_bwd.BWD_VARIANT = bv
+                ck = key(ck, tw, bv)
                 errs = check(kw, dout, refs)
                 ok = (
                     errs["out"] <= tol[dtype]
@@ -313,6 +326,7 @@ def main():
                     row[f"ck{ck}_fb_graph_ms"] = graph_ms(
                         lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout)
                     )
+            triton_bwd.BWD_VARIANT = default_bwd
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs
@@ -329,7 +343,7 @@ def main():
         "\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |"
     )
     for r in rows:
-        for ck in [f"{c}w{t}" for c, t in variants]:
+        for ck in [key(*v) for v in variants]:
             if f"ck{ck}_fwd_ms" not in r:
                 continue
             mf, mfb = r.get("mamba_fwd_ms", float("nan")), r.get("mamba_fb_ms", float("nan"))
@@ -343,7 +357,7 @@ def main():
             "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |"
         )
         for r in rows:
-            for ck in [f"{c}w{t}" for c, t in variants]:
+            for ck in [key(*v) for v in variants]:
                 if f"ck{ck}_fwd_graph_ms" not in r:
                     continue
                 mf = r.get("mamba_fwd_graph_ms", float("nan"))

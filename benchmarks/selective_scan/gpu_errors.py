@@ -2,7 +2,11 @@
 dtype and output, over the GPU test grid, with and without the L split; prints one JSON line per
 dtype. Uses the GPU test's helpers so the numbers are those the tests check.
 
-    PYTHONPATH=src python benchmarks/selective_scan/gpu_errors.py
+    PYTHONPATH=src python benchmarks/selective_scan/gpu_errors.py [cuda|cpu] [BWD_VARIANT]
+
+(cpu: an interpreter smoke run; set TRITON_INTERPRET=1 in the environment.) With BWD_VARIANT
+"split" the grid's lengths are multiples of 16 (``triton_bwd_split.applies``),
+and every case must have run the split kernel.
 """
 
 from __future__ import annotations
@@ -17,15 +21,33 @@ sys.path.insert(0, "tests/ops/selective_scan")
 import test_selective_scan_triton as T
 
 import conftest  # noqa: F401  (TRITON_INTERPRET=1 without CUDA)
-from ssmscan.ops.selective_scan import triton_common
+from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common
 from ssmscan.testing import rel_error
 
 CASES = [(2, 64, 63, 16, None), (1, 96, 1000, 16, 3), (4, 2048, 600, 16, None), (1, 64, 517, 16, 2)]
+SPLIT_CASES = [
+    (2, 64, 512, 16, None),
+    (1, 96, 2048, 12, 3),
+    (4, 2048, 768, 16, None),
+    (1, 64, 784, 16, 2),
+]
 
 
 def main():
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
-    cases = CASES if device == "cuda" else [(1, 4, 63, 4, None)]  # cpu: an interpreter smoke run
+    variant = sys.argv[2] if len(sys.argv) > 2 else triton_bwd.BWD_VARIANT
+    triton_bwd.BWD_VARIANT = variant
+    cases = CASES if variant != "split" else SPLIT_CASES
+    if device != "cuda":  # an interpreter smoke run
+        cases = [(1, 4, 63, 4, None)] if variant != "split" else [(1, 8, 63, 16, None)]
+    seen: list[bool] = []
+    real_applies = triton_bwd_split.applies
+
+    def spy(*a):
+        seen.append(real_applies(*a))
+        return seen[-1]
+
+    triton_bwd_split.applies = spy
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         worst: dict[str, float] = {}
         for tw in (0, triton_common.TARGET_WARPS):
@@ -40,10 +62,13 @@ def main():
                 errs.update({f"d{k}": rel_error(g, r_grads[k]) for k, g in grads.items()})
                 for k, v in errs.items():
                     worst[k] = max(worst.get(k, 0.0), v)
+        if variant == "split" and not all(seen):
+            raise SystemExit(f"the split kernel did not run for every case: {seen}")
         print(
             json.dumps(
                 {
                     "dtype": str(dtype).split(".")[-1],
+                    "bwd": variant,
                     **{k: float(f"{v:.3g}") for k, v in worst.items()},
                 }
             ),

@@ -266,6 +266,60 @@ def test_triton_interpreter_grid(L, N, dt):
     _run_case(2, 4, L, N, 2 if N != 1 else None, True, True, L % 2 == 1, _DTYPES[dt], L % 2 == 1)
 
 
+# the "split" backward (Note [selective scan backward split]): N 9..16, channels per group a
+# multiple of 8; (batch, dim, L, N, groups, full, softplus, init, dtype, dlast given)
+SPLIT_CASES = [
+    pytest.param(
+        1, 16, 300, 16, None, True, True, True, "fp32", True, id="B1-D16-L300-N16-init-dlast"
+    ),
+    pytest.param(1, 16, 63, 12, 2, True, False, True, "fp32", False, id="B1-D16-L63-N12-G2-nosp"),
+    pytest.param(1, 8, 517, 16, None, False, True, False, "bf16", True, id="B1-D8-L517-bf16-bare"),
+]
+
+
+@pytest.fixture(params=["segments", "one-segment"])
+def split_backward(request, monkeypatch):
+    """BWD_VARIANT "split", with L in segments (the default at these sizes) and without; yields
+    the list of ``applies`` results, so a test can check that the split kernel really ran."""
+    from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common
+
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "split")
+    if request.param == "one-segment":
+        monkeypatch.setattr(triton_common, "TARGET_WARPS", 0)
+        monkeypatch.setattr(triton_common, "FWD_TARGET_WARPS", 0)
+    seen = []
+    real = triton_bwd_split.applies
+
+    def spy(*a):
+        seen.append(real(*a))
+        return seen[-1]
+
+    monkeypatch.setattr(triton_bwd_split, "applies", spy)
+    return seen
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("batch,dim,L,N,groups,full,softplus,init,dt,dlast_given", SPLIT_CASES)
+def test_triton_interpreter_split_backward(
+    batch, dim, L, N, groups, full, softplus, init, dt, dlast_given, split_backward
+):
+    """Under the interpreter the reduce-scatter's shuffles are emulated (``EMU``): this checks
+    the kernel's indexing and every feature, not the GPU shuffles (test_triton_layouts.py checks
+    the layouts they rely on; the GPU tests the rest)."""
+    _run_case(batch, dim, L, N, groups, full, softplus, init, _DTYPES[dt], dlast_given)
+    assert split_backward == [True]
+
+
+@pytest.mark.triton
+@_INTERP
+def test_triton_split_backward_falls_back(split_backward):
+    """N = 4 (NP 4) and 12 channels per group are not the split kernel's: tile_rs runs."""
+    _run_case(1, 5, 40, 4, None, True, True, False, torch.float32, True)
+    _run_case(1, 24, 40, 16, 2, True, True, False, torch.float32, False)
+    assert split_backward == [False, False]
+
+
 @pytest.mark.triton
 @_INTERP
 def test_triton_rejects_unsupported_dtype():
@@ -309,6 +363,30 @@ def test_triton_gpu(batch, dim, L, N, groups, dtype, segmenting):
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
+
+
+# the split backward on the GPU: L a multiple of 16 (``triton_bwd_split.applies``), one partial
+# last chunk (784 = 3 x 256 + 16), groups, N 12 padded to 16; L = 600 falls back to tile_rs
+SPLIT_GPU_CASES = [
+    pytest.param(2, 64, 512, 16, None, id="B2-D64-L512-N16"),
+    pytest.param(1, 64, 784, 16, 2, id="B1-D64-L784-N16-G2"),
+    pytest.param(4, 2048, 768, 16, None, id="B4-D2048-L768-N16"),
+    pytest.param(1, 96, 2048, 12, 3, id="B1-D96-L2048-N12-G3"),
+    pytest.param(1, 64, 600, 16, None, id="B1-D64-L600-N16-fallback"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
+@pytest.mark.parametrize("batch,dim,L,N,groups", SPLIT_GPU_CASES)
+def test_triton_gpu_split_backward(batch, dim, L, N, groups, dtype, split_backward):
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert split_backward == [L % 16 == 0]
 
 
 @pytest.mark.gpu

@@ -66,6 +66,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.selective_scan import triton_bwd_split, triton_common
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
@@ -74,6 +75,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     block_channels,
     num_groups,
     pad_states,
+    prep_A,
     prep_A_t,
     prep_BC,
     segments,
@@ -626,6 +628,9 @@ def _selective_scan_bwd_carry_kernel(
 BWD_VARIANTS = {
     "tile": _selective_scan_bwd_tile_kernel,
     "tile_rs": _selective_scan_bwd_tile_kernel,
+    # Note [selective scan backward split] (triton_bwd_split): where ``applies`` (16 states,
+    # L % 16 == 0 on the GPU, ...), "tile_rs" otherwise; not the default until it has run on a GPU
+    "split": triton_bwd_split._selective_scan_bwd_split_kernel,
 }
 # H200, 2026-11-30, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md):
 # tile_rs / tile / column (the deleted previous kernel) = 6.69 / 10.23 / 9.74 at 8x4096x2048
@@ -704,9 +709,18 @@ def launch(
     N = int(A.shape[1])  # specialized under symbolic sizes, as in the forward's ``launch``
     NP = pad_states(N)
     G = int(num_groups(B))
-    assert CHECKPOINT_LEN % TILE_T == 0
+    assert CHECKPOINT_LEN % TILE_T == 0 and CHECKPOINT_LEN % triton_bwd_split.SPLIT_TT == 0
+    # the local / carry passes (segments) always run with the tile kernels' blocks
     block_d, warps = bwd_block_channels(batch, dim, G)
     nblk = triton.cdiv(dim, block_d)
+    split = BWD_VARIANT == "split" and triton_bwd_split.applies(
+        N,
+        dim,
+        G,
+        L,
+        (dout, u, delta, D, z, delta_bias, checkpoints, du, ddelta, *optional_grads),
+        u.is_cuda,
+    )
     dev = u.device
     f32 = torch.float32
     rest = iter(optional_grads)
@@ -717,7 +731,14 @@ def launch(
 
     NCK = checkpoints.shape[2]
     assert NCK == num_checkpoints(L), (NCK, L)
-    nseg, seg = segments(batch * nblk * warps, NCK - 1)
+    if split:  # the forward's density: 8 channels per warp, so the forward's split target
+        nseg, seg = segments(
+            batch * triton.cdiv(dim, triton_bwd_split.SPLIT_BLOCK_D),
+            NCK - 1,
+            triton_common.FWD_TARGET_WARPS,
+        )
+    else:
+        nseg, seg = segments(batch * nblk * warps, NCK - 1)
     A2t = prep_A_t(A, NP)
     Ct = prep_BC(C, batch, NP)
     dout_c = dout.contiguous()
@@ -732,7 +753,6 @@ def launch(
         return y
 
     dlast_t = states_major(dlast_state) if dlast_state is not None else None
-    ckt = states_major(checkpoints.transpose(1, 2))  # (batch, NCK, NP, dim)
     seg_adj = None
     if nseg > 1:
         # Note [selective scan segments]: local adjoint pass, carry pass from the right
@@ -774,27 +794,54 @@ def launch(
             HAS_DLAST=dlast_state is not None,
             num_warps=warps,
         )
-    scratch = torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev)
-    dAp = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
+    # the state-shaped buffers read / written once: (NP, dim) for the tile kernels, (dim, NP)
+    # for the split kernel (Note [selective scan backward split])
+    dlast_main, seg_adj_main = dlast_t, seg_adj
+    state_shape: tuple[int, int] = (NP, dim)
+    if split:
+        block_d, warps = triton_bwd_split.SPLIT_BLOCK_D, 1
+        nblk = triton.cdiv(dim, block_d)
+        TT = triton_bwd_split.SPLIT_TT
+        state_shape = (dim, NP)
+        if dlast_state is not None:
+            dlast_main = torch.nn.functional.pad(dlast_state.to(f32), (0, NP - N)).contiguous()
+        if seg_adj is not None:
+            seg_adj_main = seg_adj.transpose(-1, -2).contiguous()
+        A2_main = prep_A(A, NP)
+        # the forward's checkpoints as they are ((batch, dim, NCK, N) fp32), padded when N < NP
+        ck_main = checkpoints.contiguous()
+        if NP != N:
+            ck_main = torch.nn.functional.pad(ck_main, (0, NP - N))
+        scratch = torch.empty(
+            (batch, nseg, nblk, CHECKPOINT_LEN // TT, block_d, NP), dtype=f32, device=dev
+        )
+        kernel = triton_bwd_split._selective_scan_bwd_split_kernel
+        extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)
+    else:
+        A2_main = A2t
+        ck_main = states_major(checkpoints.transpose(1, 2))  # (batch, NCK, NP, dim)
+        scratch = torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev)
+        kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT == "split" else BWD_VARIANT]
+        extra = variant_constexprs(kernel, u.is_cuda, block_d, warps)
+    dAp = torch.empty((batch, nseg, *state_shape), dtype=f32, device=dev)
     dBp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
     dCp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
-    dinit = torch.empty((batch, NP, dim), dtype=f32, device=dev)
-    kernel = BWD_VARIANTS[BWD_VARIANT]
+    dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
     launcher(kernel)[(nblk, batch, nseg)](
         dout_c,
-        dlast_t,
+        dlast_main,
         u.contiguous(),
         delta_c,
-        A2t,
+        A2_main,
         prep_BC(B, batch, NP),
         Ct,
         D.to(f32).contiguous() if D is not None else None,
         z_c,
         bias_c,
-        ckt,
-        seg_adj,
+        ck_main,
+        seg_adj_main,
         scratch,
         du,
         ddelta,
@@ -820,9 +867,12 @@ def launch(
         HAS_DLAST=dlast_state is not None,
         HAS_SEG=nseg > 1,
         num_warps=warps,
-        **variant_constexprs(kernel, u.is_cuda, block_d, warps),
+        **extra,
     )
-    dA.copy_(dAp.sum((0, 1))[:N].t())
+    if split:  # (dim, NP) partials
+        dA.copy_(dAp.sum((0, 1))[:, :N])
+    else:
+        dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L)
     for grad, part in ((dB, dBp), (dC, dCp)):
         red = part.reshape(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
@@ -834,4 +884,4 @@ def launch(
         assert dbp is not None  # both are allocated iff delta_bias is given
         dbias.copy_(dbp.sum((0, 1)))
     if dinit_out is not None:
-        dinit_out.copy_(dinit[:, :N].transpose(1, 2))
+        dinit_out.copy_(dinit[:, :, :N] if split else dinit[:, :N].transpose(1, 2))

@@ -1,0 +1,335 @@
+"""The "split" main kernel of ``ssmscan::selective_scan_bwd`` (CUDA): the forward's layout.
+
+Note [selective scan backward split]
+------------------------------------
+Same math and recompute scheme as the other backward kernels (Note [selective scan backward] in
+``triton_bwd``), with the layout of the forward (Note [selective scan forward layout]): a
+channel's 16 states over 4 threads, state-contiguous (dim, NP) buffers (A2 and the forward's own
+checkpoints, read without a transposed copy), (BLOCK_D, TT) tiles of u / delta / dout / z with
+TT = 8 steps. One warp of 8 channels per program, so 4x the warps of ``tile_rs`` and far fewer
+registers per channel.
+
+* Per chunk, a forward pass from the checkpoint writes the state at every tile start to this
+  program's scratch; then the tiles in reverse: the 8 states of the tile are recomputed and
+  *kept* (h_j and a_j), giving y_t and the dC_t partial on the way, and the adjoint runs back
+  through them: two exp2 per (d, n, t), not three.
+* Every B_t / C_t of a tile is loaded at the tile's start and shared by the recompute and the
+  adjoint (the forward's lesson: loads in flight together).
+* dB_t / dC_t over the warp's 8 channels: ``_rs8``, a reduce-scatter by butterfly shuffles
+  (4 instead of tl.sum's 12, no shared memory), per-program partials (dim / 8 blocks of (batch,
+  L, NP), summed by the launcher: deterministic, but 2 x dim / 8 x batch x L x 16 floats of
+  temporary memory, 1.07 GB at (8, 4096, 2048)).
+
+``_rs8``'s shuffles assume that the tensors they exchange put lane bits 2-4 on the channel bits
+0-2 (one warp, threadsPerWarp [8, 4]). Triton chooses those layouts, and the choice depends on what
+it knows at compile time: with L a multiple of 16 (and 16-byte aligned tensors) the (BLOCK_D, TT)
+tiles get the [1, 2] x [8, 4] layout and the assumption holds; with L = 2040 they get [1, 1] x
+[4, 8] and it does not; in the prototype at TT = 4 it did not either, and those gradients were
+wrong on the GPU while the interpreter (which emulates the shuffles with ``tl.gather``, ``EMU``)
+passed. Hence ``applies``: NP = 16, TT = 8, channels per group a multiple of 8, and on the GPU L a
+multiple of 16 and aligned tensors; ``tile_rs`` otherwise. ``tests/ops/selective_scan/
+split_layout_check.py`` compiles the kernel for sm_90 (no GPU needed) under those
+specializations, in every dtype and flag set, and checks the shuffled tensors' layouts (with
+L = 2040 as a negative control). The state-shaped buffers read or written once (dlast, the
+segments' adjoints, dA partials, dinitial_state) are (dim, NP) here too, as in the prototype, so
+that no access pulls the states toward the channel-contiguous layout.
+
+H200, 2026-11-30 (``benchmarks/selective_scan/split_proto``, the prototype of this kernel, whole
+backward op, ms): 4.65 vs 5.25 (``tile_rs``) fp32 and 3.97 vs 4.96 bf16 at (8, 4096, 2048, 16);
+1.78 vs 2.22 / 1.55 vs 2.11 at (16, 1536, 1024, 16). Not the default yet: this library kernel
+(the prototype plus segments, groups and the optional inputs) has not run on a GPU; one call of
+``benchmarks/selective_scan/device_split.sh`` runs its GPU tests, errors and timings.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmscan.ops.selective_scan.triton_common import _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_fwd import _col
+
+SPLIT_NP = 16  # the only state count the kernel takes (``_rs8``)
+SPLIT_TT = 8  # steps per tile (the layout ``_rs8`` was checked with)
+SPLIT_BLOCK_D = 8  # channels per program: one warp
+
+
+@triton.jit
+def _bfly_rows(x, MASK: tl.constexpr, EMU: tl.constexpr):
+    """Rows ``d ^ (MASK // 4)`` of x: on the GPU the value lane ``laneid ^ MASK`` holds
+    (``shfl.sync.bfly``; lane bits 2-4 are the row bits 0-2); EMU (interpreter: no inline PTX)
+    the same rows by ``tl.gather``."""
+    if EMU:
+        d = tl.arange(0, x.shape[0])[:, None] ^ (MASK // 4)
+        return tl.gather(x, tl.broadcast_to(d, x.shape), axis=0)
+    xi = x.to(tl.int32, bitcast=True)
+    if MASK == 4:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 8:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 8, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    else:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 16, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    return r.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _rs8(x, BLOCK_D: tl.constexpr, NP: tl.constexpr, EMU: tl.constexpr):
+    """Sum of the (8, 16) x over its 8 rows (channels), scattered: (8, 4) r with r[d, j] the total
+    for state 8 (d & 1) + 2 j + ((d >> 1) & 1) (rows d and d ^ 4 hold the same). Everything but
+    the shuffles is logical indices, so layout conversions elsewhere cannot break it."""
+    d = tl.arange(0, BLOCK_D)[:, None]
+    a, b = tl.split(tl.permute(tl.reshape(x, (BLOCK_D, 2, NP // 2)), (0, 2, 1)))  # n < 8, >= 8
+    hi = (d & 1) == 1
+    x = tl.where(hi, b, a) + _bfly_rows(tl.where(hi, a, b), 4, EMU)  # n = 8 (d & 1) + i
+    a, b = tl.split(tl.reshape(x, (BLOCK_D, NP // 4, 2)))  # even / odd i
+    hi = ((d >> 1) & 1) == 1
+    x = tl.where(hi, b, a) + _bfly_rows(tl.where(hi, a, b), 8, EMU)  # n = 8 (d&1) + 2j + (d>>1)&1
+    return x + _bfly_rows(x, 16, EMU)
+
+
+@triton.jit
+def _store_sum8(base, x, m, BLOCK_D: tl.constexpr, NP: tl.constexpr, EMU: tl.constexpr):
+    """base[n] = sum over the 8 rows of x[:, n] (``_rs8``), each n stored once, if m."""
+    r = _rs8(x, BLOCK_D, NP, EMU)
+    d = tl.arange(0, BLOCK_D)[:, None]
+    j = tl.arange(0, NP // 4)[None, :]
+    n = 8 * (d & 1) + 2 * j + ((d >> 1) & 1)
+    tl.store(base + n, r, mask=(d < 4) & m)
+
+
+@triton.jit
+def _selective_scan_bwd_split_kernel(
+    dout,  # (batch, dim, L) gradient of out, u's dtype
+    dlast,  # (batch, dim, NP) fp32 gradient of the last state, or None
+    u,  # (batch, dim, L)
+    delta,  # (batch, dim, L)
+    A2,  # (dim, NP) fp32, A * log2(e)
+    Bt,  # (batch, G, L, NP) fp32
+    Ct,  # (batch, G, L, NP) fp32
+    Dv,  # (dim,) fp32 or None
+    z,  # (batch, dim, L) or None
+    delta_bias,  # (dim,) fp32 or None
+    ckpt,  # (batch, dim, NCK, NP) fp32: the forward's checkpoints
+    seg_adj,  # (batch, NSEG, dim, NP) fp32 adjoint entering each segment from the right, or None
+    scratch,  # (batch, NSEG, dim / BLOCK_D, CK // TT, BLOCK_D, NP) fp32 tile-start states
+    du,  # (batch, dim, L) out, u's dtype
+    ddelta,  # (batch, dim, L) out, delta's dtype
+    dz,  # (batch, dim, L) out, or None when z is None
+    dAp,  # (batch, NSEG, dim, NP) fp32 per-(batch, segment) partial dA
+    dBp,  # (dim / BLOCK_D, batch, L, NP) fp32 per-block partial dB
+    dCp,  # (dim / BLOCK_D, batch, L, NP) fp32 per-block partial dC
+    dDp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial dD, or None
+    dbiasp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial ddelta_bias, or None
+    dinit,  # (batch, dim, NP) fp32 gradient of the initial state
+    dim,  # channels
+    L,  # sequence length
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SEG,  # chunks per segment (program axis 2)
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,  # 16
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # 8: one warp
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_DLAST: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    TT: tl.constexpr,  # 8
+    EMU: tl.constexpr,  # ``_rs8``'s shuffles by tl.gather (CPU tensors: the interpreter)
+):
+    """Note [selective scan backward split]."""
+    NT: tl.constexpr = CK // TT
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    m_d2 = m_d[:, None]
+    o_n = tl.arange(0, NP)
+    # every state-shaped buffer (dim, NP): an (NP, dim) one, even read once, changed the layouts
+    # Triton chose for the whole kernel (and broke ``_rs8``'s assumption)
+    o_dn = o_d[:, None] * NP + o_n[None, :]
+    SZ = NP * dim
+
+    b_A2 = tl.load(A2 + o_dn, mask=m_d2, other=0.0)
+    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    bc = (i_b * G + grp) * L * NP
+    p_B = Bt + bc + o_n
+    p_C = Ct + bc + o_n
+    part = (i_d.to(tl.int64) * tl.num_programs(1) + i_b) * L * NP
+    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
+    i_bs = i_b * NSEG + i_s
+    p_sc = (
+        scratch
+        + (i_bs * tl.num_programs(0) + i_d) * (NT * BLOCK_D * NP)
+        + (tl.arange(0, BLOCK_D)[:, None] * NP + o_n[None, :])
+    )
+
+    if HAS_DLAST:
+        G_adj = tl.load(dlast + i_b * SZ + o_dn, mask=m_d2, other=0.0)
+    else:
+        G_adj = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    if HAS_SEG:  # constexpr: seg_adj is None with one segment
+        if i_s < NSEG - 1:
+            G_adj = tl.load(seg_adj + i_bs * SZ + o_dn, mask=m_d2, other=0.0)
+    dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    o_t = tl.arange(0, TT)
+
+    c0 = i_s * SEG
+    c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
+    for cc in range(0, c1 - c0):
+        c = c1 - 1 - cc
+        t_beg = c * CK
+        n_tiles = (tl.minimum(t_beg + CK, L) - t_beg + TT - 1) // TT  # >= 1
+        # chunk pass: tile-start states into the scratch (each thread reads back what it wrote;
+        # the barriers guard against different store / load layouts)
+        tl.debug_barrier()
+        h = tl.load(p_ck + c * NP, mask=m_d2, other=0.0)
+        for k in range(0, n_tiles - 1):
+            t0 = t_beg + TT * k
+            tl.store(p_sc + k * (BLOCK_D * NP), h)
+            o_tt = t0 + o_t
+            m = m_d2 & (o_tt < L)[None, :]
+            p = row[:, None] + o_tt[None, :]
+            b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
+            b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                b_dt += b_bias[:, None]  # type: ignore[index]  # None only when the flag is off
+            if SOFTPLUS:
+                b_dt = _softplus(b_dt)
+            b_dt = tl.where(m, b_dt, 0.0)
+            b_dtu = b_dt * b_u
+            Bs = ()  # the prototype's order (split_proto/bwd_split.py, timed on the H200)
+            for j in tl.static_range(TT):
+                Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005  (Triton tuples)
+            for j in tl.static_range(TT):
+                b_dtj = _col(b_dt, o_t, j)
+                h = (
+                    tl.exp2(b_dtj[:, None] * b_A2) * h
+                    + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
+                )
+        tl.store(p_sc + (n_tiles - 1) * (BLOCK_D * NP), h)
+        tl.debug_barrier()
+        # tiles in reverse
+        for kk in range(0, n_tiles):
+            k = n_tiles - 1 - kk
+            t0 = t_beg + TT * k
+            hs = tl.load(p_sc + k * (BLOCK_D * NP))
+            o_tt = t0 + o_t
+            m = m_d2 & (o_tt < L)[None, :]
+            p = row[:, None] + o_tt[None, :]
+            b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
+            b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                b_x += b_bias[:, None]  # type: ignore[index]  # None only when the flag is off
+            if SOFTPLUS:
+                b_dt = _softplus(b_x)
+            else:
+                b_dt = b_x
+            b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+            b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
+            if HAS_Z:
+                b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
+                sig_z = _sigmoid(b_z)
+                b_dy = b_do * b_z * sig_z
+            else:
+                b_dy = b_do
+            b_dtu = b_dt * b_u
+            Bs = ()
+            Cs = ()
+            for j in tl.static_range(TT):
+                Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
+                Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
+            # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
+            h = hs
+            h_all = ()
+            a_all = ()
+            b_y = tl.zeros_like(b_u)
+            for j in tl.static_range(TT):
+                a = tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2)
+                h = a * h + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
+                b_y = tl.where(o_t[None, :] == j, tl.sum(h * Cs[j][None, :], axis=1)[:, None], b_y)
+                dy_j = _col(b_dy, o_t, j)
+                _store_sum8(
+                    dCp + part + (t0 + j) * NP, h * dy_j[:, None], t0 + j < L, BLOCK_D, NP, EMU
+                )
+                h_all = h_all + (h,)  # noqa: RUF005
+                a_all = a_all + (a,)  # noqa: RUF005
+            # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
+            b_qA = tl.zeros_like(b_u)
+            b_gB = tl.zeros_like(b_u)
+            for jj in tl.static_range(TT):
+                j = TT - 1 - jj
+                b_dtj = _col(b_dt, o_t, j)
+                g = G_adj + Cs[TT - 1 - jj][None, :] * _col(b_dy, o_t, j)[:, None]
+                ga = g * a_all[TT - 1 - jj]
+                if jj == TT - 1:
+                    q = ga * hs
+                else:
+                    q = ga * h_all[TT - 2 - jj]
+                dA_acc += q * b_dtj[:, None]
+                b_qA = tl.where(o_t[None, :] == j, tl.sum(q * b_A2, axis=1)[:, None], b_qA)
+                b_gB = tl.where(
+                    o_t[None, :] == j, tl.sum(g * Bs[TT - 1 - jj][None, :], axis=1)[:, None], b_gB
+                )
+                _store_sum8(
+                    dBp + part + (t0 + j) * NP,
+                    g * _col(b_dtu, o_t, j)[:, None],
+                    t0 + j < L,
+                    BLOCK_D,
+                    NP,
+                    EMU,
+                )
+                G_adj = ga
+            b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
+            b_du = b_dt * b_gB
+            if HAS_D:
+                b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the flag is off
+                dD_acc += tl.sum(b_dy * b_u, axis=1)
+            if SOFTPLUS:
+                b_ddt = b_ddt * _sigmoid(b_x)
+            b_ddt = tl.where(m, b_ddt, 0.0)
+            db_acc += tl.sum(b_ddt, axis=1)
+            tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
+            tl.store(ddelta + p, b_ddt.to(ddelta.dtype.element_ty), mask=m)
+            if HAS_Z:
+                if HAS_D:
+                    b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the flag is off
+                b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+                tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
+    if i_s == 0:
+        tl.store(dinit + i_b * SZ + o_dn, G_adj, mask=m_d2)
+    tl.store(dAp + i_bs * SZ + o_dn, dA_acc, mask=m_d2)
+    if HAS_D:
+        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
+    if HAS_BIAS:
+        tl.store(dbiasp + i_bs * dim + o_d, db_acc, mask=m_d)
+
+
+def applies(
+    N: int, dim: int, G: int, L: int, tensors: tuple[torch.Tensor | None, ...], on_gpu: bool
+) -> bool:
+    """Whether the split kernel takes this call: 16 states (N 9..16, padded) and groups of
+    channels in whole blocks of 8; on the GPU also the compile-time facts under which the layouts
+    ``_rs8`` relies on were checked (``tests/ops/selective_scan/split_layout_check.py``): L a
+    multiple of 16 and every tensor 16-byte aligned (Triton specializes on both; with L = 2040
+    the layouts differ). The interpreter emulates the shuffles (``EMU``), so there any L."""
+    if triton.next_power_of_2(max(N, 4)) != SPLIT_NP or (dim // G) % SPLIT_BLOCK_D != 0:
+        return False
+    if not on_gpu:
+        return True
+    return L % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in tensors if t is not None)
