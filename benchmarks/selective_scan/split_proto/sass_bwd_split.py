@@ -16,6 +16,7 @@ def values(BLOCK_D, TT, KEEP_A, dt):
     for n in ("dout", "u", "delta", "z", "du", "ddelta", "dz"):
         v[n] = f"*{dt}"
     v.update(dim=4096, L=2048, NCK=9, NP=16, CK=256, BLOCK_D=BLOCK_D, TT=TT, KEEP_A=KEEP_A)
+    v.update(RS=False, PF=False, EMU=False)
     return v
 
 

@@ -30,7 +30,9 @@ passed. Hence ``applies``: NP = 16, TT = 8, channels per group a multiple of 8, 
 multiple of 16 and aligned tensors; ``tile_rs`` otherwise. ``tests/ops/selective_scan/
 split_layout_check.py`` compiles the kernel for sm_90 (no GPU needed) under those
 specializations, in every dtype and flag set, and checks the shuffled tensors' layouts (with
-L = 2040 as a negative control). The state-shaped buffers read or written once (dlast, the
+L = 2040 as a negative control). The check agrees with the GPU on the two prototype kernels it
+ran: it flags the TT = 4 one (wrong gradients on the H200) and passes the TT = 8 one (correct).
+The state-shaped buffers read or written once (dlast, the
 segments' adjoints, dA partials, dinitial_state) are (dim, NP) here too, as in the prototype, so
 that no access pulls the states toward the channel-contiguous layout.
 
