@@ -27,7 +27,9 @@ tiles get the [1, 2] x [8, 4] layout and the assumption holds; with L = 2040 the
 [4, 8] and it does not; in the prototype at TT = 4 it did not either, and those gradients were
 wrong on the GPU while the interpreter (which emulates the shuffles with ``tl.gather``, ``EMU``)
 passed. Hence ``applies``: NP = 16, TT = 8, channels per group a multiple of 8, and on the GPU L a
-multiple of 16 and aligned tensors; ``tile_rs`` otherwise. ``tests/ops/selective_scan/
+multiple of 16 that Triton can see (a concrete int: a symbolic L under torch.compile(dynamic=True)
+reaches the kernel without its divisibility, so the split kernel is not used there) and aligned
+tensors; ``tile_rs`` otherwise. ``tests/ops/selective_scan/
 split_layout_check.py`` compiles the kernel for sm_90 (no GPU needed) under those
 specializations, in every dtype and flag set, and checks the shuffled tensors' layouts (with
 L = 2040 as a negative control). The check agrees with the GPU on the two prototype kernels it
@@ -322,16 +324,36 @@ def _selective_scan_bwd_split_kernel(
         tl.store(dbiasp + i_bs * dim + o_d, db_acc, mask=m_d)
 
 
+def _aligned(t: torch.Tensor) -> bool:
+    """16-byte aligned data: the pointer in eager; under tracing (fake tensors, no pointer) the
+    storage offset, which is what Inductor's own alignment assumption looks at (it copies inputs
+    that break it at run time)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(t) or t.device.type == "meta":
+        return (t.storage_offset() * t.element_size()) % 16 == 0
+    return t.data_ptr() % 16 == 0
+
+
 def applies(
-    N: int, dim: int, G: int, L: int, tensors: tuple[torch.Tensor | None, ...], on_gpu: bool
+    N: int,
+    dim: int,
+    G: int,
+    L: int | torch.SymInt,
+    tensors: tuple[torch.Tensor | None, ...],
+    on_gpu: bool,
 ) -> bool:
     """Whether the split kernel takes this call: 16 states (N 9..16, padded) and groups of
     channels in whole blocks of 8; on the GPU also the compile-time facts under which the layouts
     ``_rs8`` relies on were checked (``tests/ops/selective_scan/split_layout_check.py``): L a
-    multiple of 16 and every tensor 16-byte aligned (Triton specializes on both; with L = 2040
-    the layouts differ). The interpreter emulates the shuffles (``EMU``), so there any L."""
+    multiple of 16 *known to Triton* (a concrete int: a symbolic L under torch.compile(dynamic=
+    True) reaches Triton without its divisibility) and every tensor 16-byte aligned (Triton
+    specializes on both; with L = 2040 the layouts differ). The interpreter emulates the
+    shuffles (``EMU``), so there any L."""
     if triton.next_power_of_2(max(N, 4)) != SPLIT_NP or (dim // G) % SPLIT_BLOCK_D != 0:
         return False
     if not on_gpu:
         return True
-    return L % 16 == 0 and all(t.data_ptr() % 16 == 0 for t in tensors if t is not None)
+    if not isinstance(L, int) or L % 16 != 0:
+        return False
+    return all(_aligned(t) for t in tensors if t is not None)
