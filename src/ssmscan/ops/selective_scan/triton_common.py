@@ -13,7 +13,8 @@ sums. The state offsets use ``max(dim, 1)`` instead of ``dim``: that hides dim's
 without which Triton vectorizes the state accesses along the channels, putting 4 channels in a
 thread and the states over threads *and warps* (shared memory and barriers every step). The
 forward instead spreads a channel's states over NP / 4 threads of one warp, state-contiguous
-(dim, NP) buffers, for 4x the warps (Note [selective scan forward layout] in ``triton_fwd``).
+(dim, NP) buffers, for 4x the warps (Note [selective scan forward layout] in ``triton_fwd``), and
+so does the "split" backward (Note [selective scan backward split] in ``triton_bwd_split``).
 The launchers prepare, once per call:
 
 * ``A2t`` (NP, dim) fp32 (backward) / ``A2`` (dim, NP) fp32 (forward): ``A * log2(e)``,
