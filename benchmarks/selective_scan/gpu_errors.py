@@ -4,7 +4,7 @@ dtype. Uses the GPU test's helpers so the numbers are those the tests check.
 
     PYTHONPATH=src python benchmarks/selective_scan/gpu_errors.py [cuda|cpu] [BWD_VARIANT]
 
-(cpu: an interpreter smoke run; set TRITON_INTERPRET=1 in the environment.) With BWD_VARIANT
+(cpu: an interpreter smoke run.) With BWD_VARIANT
 "split" the grid's lengths are multiples of 16 (``triton_bwd_split.applies``),
 and every case must have run the split kernel.
 """
@@ -18,9 +18,9 @@ import torch
 
 sys.path.insert(0, "tests")
 sys.path.insert(0, "tests/ops/selective_scan")
+import conftest  # noqa: F401, I001  (first: TRITON_INTERPRET=1 without CUDA, before any kernel)
 import test_selective_scan_triton as T
 
-import conftest  # noqa: F401  (TRITON_INTERPRET=1 without CUDA)
 from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common
 from ssmscan.testing import rel_error
 
