@@ -27,7 +27,7 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 
-from ssmscan.ops.selective_scan import triton_bwd, triton_common, triton_fwd
+from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 
 SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
@@ -114,11 +114,19 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
 
 
 def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int, int]:
-    """Arguments of the backward main kernel as ``triton_bwd.launch`` passes them."""
+    """Arguments of the backward main kernel as ``triton_bwd.launch`` passes them (the "split"
+    variant's where ``triton_bwd_split.applies``)."""
     NP = triton_common.pad_states(N)
-    block_d, warps = triton_bwd.bwd_block_channels(batch, dim, 1)
     NCK = num_checkpoints(L)
-    nseg, seg = triton_common.segments(batch * triton.cdiv(dim, block_d) * warps, NCK - 1)
+    split = triton_bwd.BWD_VARIANT == "split"
+    if split:
+        block_d, warps = triton_bwd_split.SPLIT_BLOCK_D, 1
+        nseg, seg = triton_common.segments(
+            batch * triton.cdiv(dim, block_d), NCK - 1, triton_common.FWD_TARGET_WARPS
+        )
+    else:
+        block_d, warps = triton_bwd.bwd_block_channels(batch, dim, 1)
+        nseg, seg = triton_common.segments(batch * triton.cdiv(dim, block_d) * warps, NCK - 1)
     v = dict(
         dout=f"*{dt}",
         dlast="*fp32",
@@ -157,6 +165,10 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
         HAS_DLAST=False,
         HAS_SEG=nseg > 1,
     )
+    if split:  # (dim, NP) A2 instead of (NP, dim) A2t; TT and EMU instead of RS
+        v = {("A2" if k == "A2t" else k): x for k, x in v.items()}
+        v.update(TT=triton_bwd_split.SPLIT_TT, EMU=False)
+        return v, warps, nseg
     kernel = triton_bwd.BWD_VARIANTS[triton_bwd.BWD_VARIANT]
     v.update(triton_bwd.variant_constexprs(kernel, True, block_d, warps))
     return v, warps, nseg
@@ -287,8 +299,9 @@ def bwd_main(a) -> None:
                     f"regs={meta['regs']} stack={meta['stack']} local={meta['local']} smem={meta['shared']}"
                 )
                 print(f"  kernel: {fmt(count(instrs))}")
+                tt = triton_bwd_split.SPLIT_TT if var == "split" else 4
                 for name, body in zip(("rev", "chunk"), loops(instrs)):
-                    print(f"  {name} per step (4 steps/iter): {fmt(count(body), 4)}")
+                    print(f"  {name} per step ({tt} steps/iter): {fmt(count(body), tt)}")
     triton_bwd.BWD_VARIANT = old
 
 

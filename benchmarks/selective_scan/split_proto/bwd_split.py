@@ -12,8 +12,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.triton_launch import launcher
-from ssmscan.ops.selective_scan.triton_bwd import _bfly
-from ssmscan.ops.selective_scan.triton_common import LOG2E, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import LOG2E, _bfly, _sigmoid, _softplus
 from ssmscan.ops.selective_scan.triton_fwd import _col
 
 

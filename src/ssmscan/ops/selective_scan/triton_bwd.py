@@ -70,6 +70,7 @@ from ssmscan.ops.selective_scan import triton_bwd_split, triton_common
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
+    _bfly,
     _sigmoid,
     _softplus,
     block_channels,
@@ -97,33 +98,6 @@ def _adjoint_only_step(G, b_A2, dt, dy, p_C, t, L, NP: tl.constexpr):
     gradients."""
     b_C = tl.load(p_C + t * NP, mask=t < L, other=0.0)
     return tl.exp2(dt[:, None] * b_A2) * (G + b_C[None, :] * dy[:, None])
-
-
-@triton.jit
-def _bfly(x, MASK: tl.constexpr):
-    """Lane ``laneid ^ MASK``'s x (``shfl.sync.bfly``; fp32 through its bits)."""
-    xi = x.to(tl.int32, bitcast=True)
-    if MASK == 1:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 1, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    elif MASK == 2:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 2, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    elif MASK == 4:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    elif MASK == 8:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 8, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    else:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 16, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    return r.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -752,7 +726,9 @@ def launch(
         y[..., :N, :].copy_(x.transpose(-1, -2))
         return y
 
-    dlast_t = states_major(dlast_state) if dlast_state is not None else None
+    # (NP, dim): the tile kernels' and the carry pass's layout (the split kernel takes (dim, NP))
+    need_t = dlast_state is not None and (not split or nseg > 1)
+    dlast_t = states_major(dlast_state) if need_t else None
     seg_adj = None
     if nseg > 1:
         # Note [selective scan segments]: local adjoint pass, carry pass from the right

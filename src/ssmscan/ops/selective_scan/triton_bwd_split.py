@@ -51,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _softplus
 from ssmscan.ops.selective_scan.triton_fwd import _col
 
 SPLIT_NP = 16  # the only state count the kernel takes (``_rs8``)
@@ -67,20 +67,7 @@ def _bfly_rows(x, MASK: tl.constexpr, EMU: tl.constexpr):
     if EMU:
         d = tl.arange(0, x.shape[0])[:, None] ^ (MASK // 4)
         return tl.gather(x, tl.broadcast_to(d, x.shape), axis=0)
-    xi = x.to(tl.int32, bitcast=True)
-    if MASK == 4:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    elif MASK == 8:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 8, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    else:
-        r = tl.inline_asm_elementwise(
-            "shfl.sync.bfly.b32 $0, $1, 16, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
-        )
-    return r.to(tl.float32, bitcast=True)
+    return _bfly(x, MASK)
 
 
 @triton.jit

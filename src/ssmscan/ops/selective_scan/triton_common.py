@@ -67,6 +67,35 @@ def _softplus(x):
 
 
 @triton.jit
+def _bfly(x, MASK: tl.constexpr):
+    """Lane ``laneid ^ MASK``'s x (``shfl.sync.bfly``; fp32 through its bits; GPU only: the
+    interpreter has no inline PTX). The backward's reduce-scatters (``tile_rs`` and the split
+    kernel) use it."""
+    xi = x.to(tl.int32, bitcast=True)
+    if MASK == 1:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 1, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 2:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 2, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 4:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    elif MASK == 8:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 8, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    else:
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.bfly.b32 $0, $1, 16, 0x1f, -1;", "=r,r", [xi], tl.int32, True, 1
+        )
+    return r.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
