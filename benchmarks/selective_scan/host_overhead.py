@@ -32,6 +32,8 @@ def per_call_us(fn, n=30) -> tuple[float, float]:
 
 
 def main():
+    from ssmscan.ops.common import triton_launch
+
     try:
         import selective_scan_cuda as mb
     except ImportError:
@@ -48,9 +50,14 @@ def main():
             if mb is not None:
                 fns["mamba fwd"] = lambda: bench_gpu.mamba_fwd(mb, kw)
                 fns["mamba f+b"] = lambda: bench_gpu.mamba_fwd_bwd(mb, kw, dout)
-            for name, fn in fns.items():
-                enq, wall = per_call_us(fn)
-                line.append(f"{name} enqueue {enq:.0f} us, wall {wall:.0f} us")
+            for fast in (False, True):
+                triton_launch.FAST_EAGER = fast
+                for name, fn in fns.items():
+                    if name.startswith("mamba") and fast:
+                        continue
+                    enq, wall = per_call_us(fn)
+                    tag = name + (" (launch cache)" if fast and name.startswith("ours") else "")
+                    line.append(f"{tag} enqueue {enq:.0f} us, wall {wall:.0f} us")
             print(" | ".join(line), flush=True)
             if shape[0] == 1:
                 for name in ("ours fwd", "ours f+b"):
@@ -62,7 +69,7 @@ def main():
                     torch.cuda.synchronize()
                     s = io.StringIO()
                     pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(14)
-                    print(f"--- {name} {str(dtype)[6:]}: 20 calls, by own time")
+                    print(f"--- {name} {str(dtype)[6:]} (launch cache): 20 calls, by own time")
                     print("\n".join(s.getvalue().splitlines()[6:26]), flush=True)
 
 

@@ -165,13 +165,39 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
         HAS_DLAST=False,
         HAS_SEG=nseg > 1,
     )
-    if split:  # (dim, NP) A2 instead of (NP, dim) A2t; TT and EMU instead of RS
-        v = {("A2" if k == "A2t" else k): x for k, x in v.items()}
-        v.update(TT=triton_bwd_split.SPLIT_TT, EMU=False)
+    if split:  # (dim, NP) A2 instead of (NP, dim) A2t; TT and EMU instead of RS; the tile states
+        v = {("A2" if k == "A2t" else k): x for k, x in v.items() if k not in ("ckpt", "scratch")}
+        v.update(tstates="*fp32", TT=triton_bwd_split.SPLIT_TT, EMU=False)
         return v, warps, nseg
     kernel = triton_bwd.BWD_VARIANTS[triton_bwd.BWD_VARIANT]
     v.update(triton_bwd.variant_constexprs(kernel, True, block_d, warps))
     return v, warps, nseg
+
+
+def states_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int]:
+    """Arguments of the split backward's states kernel as ``triton_bwd.launch`` passes them."""
+    NP = triton_common.pad_states(N)
+    block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP)
+    v = dict(
+        u=f"*{dt}",
+        delta=f"*{dt}",
+        A2="*fp32",
+        Bt="*fp32",
+        delta_bias="*fp32",
+        ckpt="*fp32",
+        tstates="*fp32",
+        dim=dim,
+        L=L,
+        G=1,
+        NCK=num_checkpoints(L),
+        SOFTPLUS=True,
+        NP=NP,
+        CK=CHECKPOINT_LEN,
+        BLOCK_D=block_d,
+        HAS_BIAS=True,
+        TT=triton_bwd_split.SPLIT_TT,
+    )
+    return v, warps
 
 
 def sass_of(kernel, values: dict, warps: int, dump: str | None, tag: str) -> tuple[dict, str]:
@@ -302,6 +328,20 @@ def bwd_main(a) -> None:
                 tt = triton_bwd_split.SPLIT_TT if var == "split" else 4
                 for name, body in zip(("rev", "chunk"), loops(instrs)):
                     print(f"  {name} per step ({tt} steps/iter): {fmt(count(body), tt)}")
+                if var == "split":  # the chunk pass is its own kernel
+                    sv, sw = states_values(*shape, DTYPES[dt])
+                    meta, sass = sass_of(
+                        triton_bwd_split._selective_scan_bwd_states_kernel,
+                        sv,
+                        sw,
+                        a.dump,
+                        tag + "-states",
+                    )
+                    body = main_loop(parse(sass))
+                    print(
+                        f"  states kernel: BLOCK_D={sv['BLOCK_D']} warps={sw} regs={meta['regs']} "
+                        f"stack={meta['stack']}; per step: {fmt(count(body), sv['TT'])}"
+                    )
     triton_bwd.BWD_VARIANT = old
 
 

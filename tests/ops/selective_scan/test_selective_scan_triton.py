@@ -389,6 +389,44 @@ def test_triton_gpu_split_backward(batch, dim, L, N, groups, dtype, split_backwa
     assert split_backward == [L % 16 == 0]
 
 
+def _offset(t, k):
+    """t's values in a contiguous tensor whose data starts k elements into its storage (so it is
+    not 16-byte aligned for k * element size % 16 != 0)."""
+    if t is None:
+        return None
+    flat = torch.empty(t.numel() + k, dtype=t.dtype, device=t.device)
+    out = flat[k:].view(t.shape)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_triton_gpu_launch_cache_alignment(dtype):
+    """Note [eager launch cache]: the same shapes aligned, then misaligned by one element, then
+    aligned again: each call must run a kernel specialized for its own pointers (a cached
+    kernel compiled for aligned pointers would fault or read wrong data on the misaligned ones);
+    results equal the uncached launch's bit for bit."""
+    from ssmscan.ops.common import triton_launch
+
+    kw, dout, dlast = _inputs(2, 64, 512, 16, None, True, True, True, dtype, "cuda", seed=5)
+    runs = []
+    for k, fast in ((0, True), (1, True), (0, True), (1, False)):
+        triton_launch.FAST_EAGER = fast
+        try:
+            moved = {n: _offset(v, k) if isinstance(v, torch.Tensor) else v for n, v in kw.items()}
+            outs, grads = _run_launchers(moved, _offset(dout, k), _offset(dlast, k))
+        finally:
+            triton_launch.FAST_EAGER = True
+        runs.append([*outs, *grads.values()])
+        if k == 1:
+            assert moved["u"].data_ptr() % 16 != 0
+        _check(kw, dout, dlast, outs, grads, dtype)  # the same values, wherever they lie
+    for a, b in (*zip(runs[0], runs[2]), *zip(runs[1], runs[3])):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_triton_gpu_float64_routed_to_host_kernel():

@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.triton_launch import launcher
-from ssmscan.ops.selective_scan import triton_bwd_split, triton_common
+from ssmscan.ops.selective_scan import triton_bwd_split, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
@@ -603,15 +603,17 @@ BWD_VARIANTS = {
     "tile": _selective_scan_bwd_tile_kernel,
     "tile_rs": _selective_scan_bwd_tile_kernel,
     # Note [selective scan backward split] (triton_bwd_split): where ``applies`` (16 states,
-    # L % 16 == 0 on the GPU, ...), "tile_rs" otherwise; not the default until it has run on a GPU
+    # L % 16 == 0 on the GPU, ...), "tile_rs" otherwise
     "split": triton_bwd_split._selective_scan_bwd_split_kernel,
 }
-# H200, 2026-11-30, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md):
-# tile_rs / tile / column (the deleted previous kernel) = 6.69 / 10.23 / 9.74 at 8x4096x2048
-# fp32, 2.86 / 3.58 / 3.75 at 16x1536x1024 fp32, 9.60 / 10.86 / 10.75 at 1x1024x65536 fp32;
-# tile_rs fastest at every shape and dtype timed, and correct on the GPU (fp32, bf16 vs float64:
-# benchmarks/selective_scan/gpu_errors.py).
-BWD_VARIANT = "tile_rs"
+# H200, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md): 2026-11-30, tile_rs /
+# tile / column (the deleted previous kernel) = 6.69 / 10.23 / 9.74 at 8x4096x2048 fp32, 2.86 /
+# 3.58 / 3.75 at 16x1536x1024 fp32, 9.60 / 10.86 / 10.75 at 1x1024x65536 fp32; 2026-12-01,
+# split / tile_rs (same process, CUDA graphs) = 5.57 / 6.14 and 4.84 / 5.75 (bf16) at
+# 8x4096x2048, 2.18 / 2.60 and 1.93 / 2.47 at 16x1536x1024, 0.82 / 0.99 and 0.77 / 0.95 at
+# 1x1536x4096, 7.60 / 9.21 and 6.84 / 8.28 at 1x1024x65536: split fastest at every row, and
+# correct on the GPU in fp32 / bf16 / fp16 (benchmarks/selective_scan/gpu_errors.py).
+BWD_VARIANT = "split"
 
 
 def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
@@ -713,9 +715,12 @@ def launch(
         )
     else:
         nseg, seg = segments(batch * nblk * warps, NCK - 1)
-    A2t = prep_A_t(A, NP)
+    # (NP, dim) A for the tile kernels and the segments' local / carry passes
+    A2t = prep_A_t(A, NP) if not split or nseg > 1 else None
+    Bt = prep_BC(B, batch, NP)
     Ct = prep_BC(C, batch, NP)
     dout_c = dout.contiguous()
+    u_c = u.contiguous()
     delta_c = delta.contiguous()
     z_c = z.contiguous() if z is not None else None
     bias_c = delta_bias.to(f32).contiguous() if delta_bias is not None else None
@@ -727,8 +732,8 @@ def launch(
         return y
 
     # (NP, dim): the tile kernels' and the carry pass's layout (the split kernel takes (dim, NP))
-    need_t = dlast_state is not None and (not split or nseg > 1)
-    dlast_t = states_major(dlast_state) if need_t else None
+    need_t = not split or nseg > 1
+    dlast_t = states_major(dlast_state) if need_t and dlast_state is not None else None
     seg_adj = None
     if nseg > 1:
         # Note [selective scan segments]: local adjoint pass, carry pass from the right
@@ -785,18 +790,45 @@ def launch(
             seg_adj_main = seg_adj.transpose(-1, -2).contiguous()
         A2_main = prep_A(A, NP)
         # the forward's checkpoints as they are ((batch, dim, NCK, N) fp32), padded when N < NP
-        ck_main = checkpoints.contiguous()
+        ck = checkpoints.contiguous()
         if NP != N:
-            ck_main = torch.nn.functional.pad(ck_main, (0, NP - N))
-        scratch = torch.empty(
-            (batch, nseg, nblk, CHECKPOINT_LEN // TT, block_d, NP), dtype=f32, device=dev
+            ck = torch.nn.functional.pad(ck, (0, NP - N))
+        # every tile's start state, all chunks at once (Note [selective scan backward split])
+        tstates = torch.empty((batch, dim, triton.cdiv(L, TT), NP), dtype=f32, device=dev)
+        sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP)
+        launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
+            (triton.cdiv(dim, sbd), batch, NCK - 1)
+        ](
+            u_c,
+            delta_c,
+            A2_main,
+            Bt,
+            bias_c,
+            ck,
+            tstates,
+            dim,
+            L,
+            G,
+            NCK,
+            SOFTPLUS=delta_softplus,
+            NP=NP,
+            CK=CHECKPOINT_LEN,
+            BLOCK_D=sbd,
+            HAS_BIAS=delta_bias is not None,
+            TT=TT,
+            num_warps=sw,
         )
+        states: tuple[torch.Tensor | None, ...] = (tstates, seg_adj_main)
         kernel = triton_bwd_split._selective_scan_bwd_split_kernel
         extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)
     else:
+        assert A2t is not None  # prepared for the tile kernels above
         A2_main = A2t
-        ck_main = states_major(checkpoints.transpose(1, 2))  # (batch, NCK, NP, dim)
-        scratch = torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev)
+        states = (
+            states_major(checkpoints.transpose(1, 2)),  # (batch, NCK, NP, dim)
+            seg_adj_main,
+            torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev),
+        )
         kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT == "split" else BWD_VARIANT]
         extra = variant_constexprs(kernel, u.is_cuda, block_d, warps)
     dAp = torch.empty((batch, nseg, *state_shape), dtype=f32, device=dev)
@@ -808,17 +840,15 @@ def launch(
     launcher(kernel)[(nblk, batch, nseg)](
         dout_c,
         dlast_main,
-        u.contiguous(),
+        u_c,
         delta_c,
         A2_main,
-        prep_BC(B, batch, NP),
+        Bt,
         Ct,
         D.to(f32).contiguous() if D is not None else None,
         z_c,
         bias_c,
-        ck_main,
-        seg_adj_main,
-        scratch,
+        *states,
         du,
         ddelta,
         dz,

@@ -52,7 +52,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _softplus
-from ssmscan.ops.selective_scan.triton_fwd import _col
+from ssmscan.ops.selective_scan.triton_fwd import _col, _fwd_tile
 
 SPLIT_NP = 16  # the only state count the kernel takes (``_rs8``)
 SPLIT_TT = 8  # steps per tile (the layout ``_rs8`` was checked with)
@@ -96,6 +96,77 @@ def _store_sum8(base, x, m, BLOCK_D: tl.constexpr, NP: tl.constexpr, EMU: tl.con
 
 
 @triton.jit
+def _selective_scan_bwd_states_kernel(
+    u,  # (batch, dim, L)
+    delta,  # (batch, dim, L)
+    A2,  # (dim, NP) fp32, A * log2(e)
+    Bt,  # (batch, G, L, NP) fp32
+    delta_bias,  # (dim,) fp32 or None
+    ckpt,  # (batch, dim, NCK, NP) fp32: the forward's checkpoints
+    tstates,  # (batch, dim, cdiv(L, TT), NP) fp32 out: the state before every tile
+    dim,  # channels
+    L,  # sequence length
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # the forward's block (``triton_fwd.fwd_block_channels``)
+    HAS_BIAS: tl.constexpr,
+    TT: tl.constexpr,  # 8, divides CK
+):
+    """Note [selective scan backward split]: one program per (channel block, batch, chunk) walks
+    the chunk forward from its checkpoint (the forward's tile, ``_fwd_tile`` without outputs) and
+    writes the state before each of its tiles."""
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    c = tl.program_id(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    o_n = tl.arange(0, NP)
+    o_dn = o_d[:, None] * NP + o_n[None, :]
+    b_A2 = tl.load(A2 + o_dn, mask=m_d[:, None], other=0.0)
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    p_B = Bt + (i_b * G + grp) * L * NP + o_n
+    ch = (i_b * dim + o_d.to(tl.int64))[:, None]
+    h = tl.load(ckpt + ch * (NCK * NP) + c * NP + o_n[None, :], mask=m_d[:, None], other=0.0)
+    p_ts = tstates + ch * (tl.cdiv(L, TT) * NP) + o_n[None, :]
+    o_t = tl.arange(0, TT)
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # unused (the tile's LOCAL output)
+    t_end = tl.minimum(c * CK + CK, L)
+    for t0 in range(c * CK, t_end, TT):
+        t0 = tl.multiple_of(t0, TT)
+        tl.store(p_ts + (t0 // TT) * NP, h, mask=m_d[:, None])
+        h, dt_sum = _fwd_tile(
+            h,
+            b_A2,
+            u,
+            delta,
+            u,  # z: not read (LOCAL)
+            u,  # out: not written (LOCAL)
+            b_bias,
+            None,
+            p_B,
+            p_B,  # C: not read (LOCAL)
+            row,
+            m_d,
+            t0,
+            t_end,
+            o_t,
+            dt_sum,
+            SOFTPLUS,
+            NP,
+            TT,
+            False,
+            False,
+            HAS_BIAS,
+            True,
+        )
+
+
+@triton.jit
 def _selective_scan_bwd_split_kernel(
     dout,  # (batch, dim, L) gradient of out, u's dtype
     dlast,  # (batch, dim, NP) fp32 gradient of the last state, or None
@@ -107,9 +178,8 @@ def _selective_scan_bwd_split_kernel(
     Dv,  # (dim,) fp32 or None
     z,  # (batch, dim, L) or None
     delta_bias,  # (dim,) fp32 or None
-    ckpt,  # (batch, dim, NCK, NP) fp32: the forward's checkpoints
+    tstates,  # (batch, dim, cdiv(L, TT), NP) fp32: the state before every tile (states kernel)
     seg_adj,  # (batch, NSEG, dim, NP) fp32 adjoint entering each segment from the right, or None
-    scratch,  # (batch, NSEG, dim / BLOCK_D, CK // TT, BLOCK_D, NP) fp32 tile-start states
     du,  # (batch, dim, L) out, u's dtype
     ddelta,  # (batch, dim, L) out, delta's dtype
     dz,  # (batch, dim, L) out, or None when z is None
@@ -137,7 +207,6 @@ def _selective_scan_bwd_split_kernel(
     EMU: tl.constexpr,  # ``_rs8``'s shuffles by tl.gather (CPU tensors: the interpreter)
 ):
     """Note [selective scan backward split]."""
-    NT: tl.constexpr = CK // TT
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
@@ -160,13 +229,9 @@ def _selective_scan_bwd_split_kernel(
     p_B = Bt + bc + o_n
     p_C = Ct + bc + o_n
     part = (i_d.to(tl.int64) * tl.num_programs(1) + i_b) * L * NP
-    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
+    # tile k's start state at p_ts + k * NP
+    p_ts = tstates + (i_b * dim + o_d.to(tl.int64))[:, None] * (tl.cdiv(L, TT) * NP) + o_n[None, :]
     i_bs = i_b * NSEG + i_s
-    p_sc = (
-        scratch
-        + (i_bs * tl.num_programs(0) + i_d) * (NT * BLOCK_D * NP)
-        + (tl.arange(0, BLOCK_D)[:, None] * NP + o_n[None, :])
-    )
 
     if HAS_DLAST:
         G_adj = tl.load(dlast + i_b * SZ + o_dn, mask=m_d2, other=0.0)
@@ -182,126 +247,92 @@ def _selective_scan_bwd_split_kernel(
 
     c0 = i_s * SEG
     c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
-    for cc in range(0, c1 - c0):
-        c = c1 - 1 - cc
-        t_beg = c * CK
-        n_tiles = (tl.minimum(t_beg + CK, L) - t_beg + TT - 1) // TT  # >= 1
-        # chunk pass: tile-start states into the scratch (each thread reads back what it wrote;
-        # the barriers guard against different store / load layouts)
-        tl.debug_barrier()
-        h = tl.load(p_ck + c * NP, mask=m_d2, other=0.0)
-        for k in range(0, n_tiles - 1):
-            t0 = t_beg + TT * k
-            tl.store(p_sc + k * (BLOCK_D * NP), h)
-            o_tt = t0 + o_t
-            m = m_d2 & (o_tt < L)[None, :]
-            p = row[:, None] + o_tt[None, :]
-            b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
-            b_dt = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
-            if HAS_BIAS:
-                b_dt += b_bias[:, None]  # type: ignore[index]  # None only when the flag is off
-            if SOFTPLUS:
-                b_dt = _softplus(b_dt)
-            b_dt = tl.where(m, b_dt, 0.0)
-            b_dtu = b_dt * b_u
-            Bs = ()  # the prototype's order (split_proto/bwd_split.py, timed on the H200)
-            for j in tl.static_range(TT):
-                Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005  (Triton tuples)
-            for j in tl.static_range(TT):
-                b_dtj = _col(b_dt, o_t, j)
-                h = (
-                    tl.exp2(b_dtj[:, None] * b_A2) * h
-                    + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
-                )
-        tl.store(p_sc + (n_tiles - 1) * (BLOCK_D * NP), h)
-        tl.debug_barrier()
-        # tiles in reverse
-        for kk in range(0, n_tiles):
-            k = n_tiles - 1 - kk
-            t0 = t_beg + TT * k
-            hs = tl.load(p_sc + k * (BLOCK_D * NP))
-            o_tt = t0 + o_t
-            m = m_d2 & (o_tt < L)[None, :]
-            p = row[:, None] + o_tt[None, :]
-            b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
-            b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
-            if HAS_BIAS:
-                b_x += b_bias[:, None]  # type: ignore[index]  # None only when the flag is off
-            if SOFTPLUS:
-                b_dt = _softplus(b_x)
+    k_beg = c0 * (CK // TT)
+    k_end = tl.cdiv(tl.minimum(c1 * CK, L), TT)
+    for kk in range(0, k_end - k_beg):  # the segment's tiles in reverse
+        k = k_end - 1 - kk
+        t0 = k * TT
+        hs = tl.load(p_ts + k * NP, mask=m_d2, other=0.0)
+        o_tt = t0 + o_t
+        m = m_d2 & (o_tt < L)[None, :]
+        p = row[:, None] + o_tt[None, :]
+        b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
+        b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            b_x += b_bias[:, None]  # type: ignore[index]  # None only when the flag is off
+        if SOFTPLUS:
+            b_dt = _softplus(b_x)
+        else:
+            b_dt = b_x
+        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+        b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
+        if HAS_Z:
+            b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
+            sig_z = _sigmoid(b_z)
+            b_dy = b_do * b_z * sig_z
+        else:
+            b_dy = b_do
+        b_dtu = b_dt * b_u
+        Bs = ()
+        Cs = ()
+        for j in tl.static_range(TT):
+            Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
+            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
+        # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
+        h = hs
+        h_all = ()
+        a_all = ()
+        b_y = tl.zeros_like(b_u)
+        for j in tl.static_range(TT):
+            a = tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2)
+            h = a * h + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
+            b_y = tl.where(o_t[None, :] == j, tl.sum(h * Cs[j][None, :], axis=1)[:, None], b_y)
+            dy_j = _col(b_dy, o_t, j)
+            _store_sum8(dCp + part + (t0 + j) * NP, h * dy_j[:, None], t0 + j < L, BLOCK_D, NP, EMU)
+            h_all = h_all + (h,)  # noqa: RUF005
+            a_all = a_all + (a,)  # noqa: RUF005
+        # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
+        b_qA = tl.zeros_like(b_u)
+        b_gB = tl.zeros_like(b_u)
+        for jj in tl.static_range(TT):
+            j = TT - 1 - jj
+            b_dtj = _col(b_dt, o_t, j)
+            g = G_adj + Cs[TT - 1 - jj][None, :] * _col(b_dy, o_t, j)[:, None]
+            ga = g * a_all[TT - 1 - jj]
+            if jj == TT - 1:
+                q = ga * hs
             else:
-                b_dt = b_x
-            b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-            b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
-            if HAS_Z:
-                b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
-                sig_z = _sigmoid(b_z)
-                b_dy = b_do * b_z * sig_z
-            else:
-                b_dy = b_do
-            b_dtu = b_dt * b_u
-            Bs = ()
-            Cs = ()
-            for j in tl.static_range(TT):
-                Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
-                Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
-            # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
-            h = hs
-            h_all = ()
-            a_all = ()
-            b_y = tl.zeros_like(b_u)
-            for j in tl.static_range(TT):
-                a = tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2)
-                h = a * h + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
-                b_y = tl.where(o_t[None, :] == j, tl.sum(h * Cs[j][None, :], axis=1)[:, None], b_y)
-                dy_j = _col(b_dy, o_t, j)
-                _store_sum8(
-                    dCp + part + (t0 + j) * NP, h * dy_j[:, None], t0 + j < L, BLOCK_D, NP, EMU
-                )
-                h_all = h_all + (h,)  # noqa: RUF005
-                a_all = a_all + (a,)  # noqa: RUF005
-            # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
-            b_qA = tl.zeros_like(b_u)
-            b_gB = tl.zeros_like(b_u)
-            for jj in tl.static_range(TT):
-                j = TT - 1 - jj
-                b_dtj = _col(b_dt, o_t, j)
-                g = G_adj + Cs[TT - 1 - jj][None, :] * _col(b_dy, o_t, j)[:, None]
-                ga = g * a_all[TT - 1 - jj]
-                if jj == TT - 1:
-                    q = ga * hs
-                else:
-                    q = ga * h_all[TT - 2 - jj]
-                dA_acc += q * b_dtj[:, None]
-                b_qA = tl.where(o_t[None, :] == j, tl.sum(q * b_A2, axis=1)[:, None], b_qA)
-                b_gB = tl.where(
-                    o_t[None, :] == j, tl.sum(g * Bs[TT - 1 - jj][None, :], axis=1)[:, None], b_gB
-                )
-                _store_sum8(
-                    dBp + part + (t0 + j) * NP,
-                    g * _col(b_dtu, o_t, j)[:, None],
-                    t0 + j < L,
-                    BLOCK_D,
-                    NP,
-                    EMU,
-                )
-                G_adj = ga
-            b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
-            b_du = b_dt * b_gB
+                q = ga * h_all[TT - 2 - jj]
+            dA_acc += q * b_dtj[:, None]
+            b_qA = tl.where(o_t[None, :] == j, tl.sum(q * b_A2, axis=1)[:, None], b_qA)
+            b_gB = tl.where(
+                o_t[None, :] == j, tl.sum(g * Bs[TT - 1 - jj][None, :], axis=1)[:, None], b_gB
+            )
+            _store_sum8(
+                dBp + part + (t0 + j) * NP,
+                g * _col(b_dtu, o_t, j)[:, None],
+                t0 + j < L,
+                BLOCK_D,
+                NP,
+                EMU,
+            )
+            G_adj = ga
+        b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
+        b_du = b_dt * b_gB
+        if HAS_D:
+            b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the flag is off
+            dD_acc += tl.sum(b_dy * b_u, axis=1)
+        if SOFTPLUS:
+            b_ddt = b_ddt * _sigmoid(b_x)
+        b_ddt = tl.where(m, b_ddt, 0.0)
+        db_acc += tl.sum(b_ddt, axis=1)
+        tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
+        tl.store(ddelta + p, b_ddt.to(ddelta.dtype.element_ty), mask=m)
+        if HAS_Z:
             if HAS_D:
-                b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the flag is off
-                dD_acc += tl.sum(b_dy * b_u, axis=1)
-            if SOFTPLUS:
-                b_ddt = b_ddt * _sigmoid(b_x)
-            b_ddt = tl.where(m, b_ddt, 0.0)
-            db_acc += tl.sum(b_ddt, axis=1)
-            tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
-            tl.store(ddelta + p, b_ddt.to(ddelta.dtype.element_ty), mask=m)
-            if HAS_Z:
-                if HAS_D:
-                    b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the flag is off
-                b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
-                tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
+                b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the flag is off
+            b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+            tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_dn, G_adj, mask=m_d2)
     tl.store(dAp + i_bs * SZ + o_dn, dA_acc, mask=m_d2)

@@ -1,0 +1,54 @@
+"""The eager launch cache's key (Note [eager launch cache] in ``ops/common/triton_launch``): two
+arguments with the same key must get the same specialization from Triton, or a cached kernel
+compiled for one (say, 16-byte aligned pointers) would run on the other."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+
+def _samples() -> list[object]:
+    base = torch.zeros(64)
+    ints = [0, 1, 2, 3, 15, 16, 17, 32, 48, 1000, 1024, 2**31 - 16, 2**31, 2**32 + 16, -1, -16]
+    tensors = [
+        base,
+        base[1:],
+        base[4:],
+        base[2:],
+        torch.zeros(8, dtype=torch.bfloat16),
+        torch.zeros(9, dtype=torch.bfloat16)[1:],
+        torch.zeros(8, dtype=torch.bfloat16)[8:],
+        torch.zeros(4, dtype=torch.float16),
+        torch.zeros(4, dtype=torch.int64),
+    ]
+    return [*ints, *tensors, 0.5, 2.0]
+
+
+@pytest.mark.triton
+def test_cache_key_separates_what_triton_specializes():
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    from ssmscan.ops.common.triton_launch import _spec
+
+    vals = _samples()
+    triton_spec = [native_specialize_impl(BaseBackend, v, False, True, True) for v in vals]
+    ours = [_spec(v, False) for v in vals]
+    for (a, ta, oa), (b, tb, ob) in itertools.combinations(zip(vals, triton_spec, ours), 2):
+        if oa == ob:
+            assert ta == tb, (a, b, ta, tb)
+    # and the key is not trivially coarse: aligned / misaligned and 1 / other ints differ
+    assert _spec(vals[16], False) != _spec(vals[17], False)
+    assert _spec(1, False) != _spec(2, False) != _spec(16, False)
+
+
+@pytest.mark.triton
+def test_cache_key_of_constexprs_is_the_value():
+    from ssmscan.ops.common.triton_launch import _spec
+
+    assert _spec(16, True) == 16 and _spec(True, True) is True and _spec(None, True) is None
