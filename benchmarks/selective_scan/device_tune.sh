@@ -4,9 +4,10 @@
 # grid, the default backward; ERR_VARIANT=split for the split kernel's grid), tune (register-cap
 # sweeps, tune_regs.py), host (host time per eager call, launch cache on / off), bench
 # (bench_gpu.py side by side with mamba-ssm, CUDA graphs too; VARIANTS = backward variants),
-# test (the GPU tests, TEST_K selects). Logs under $OUT. Run from the repository root.
+# first (GPU tests selected by FIRST_K, before the rest), test (the GPU tests, TEST_K selects).
+# Logs under $OUT. Run from the repository root.
 T0=$(date +%s)
-STEPS=${STEPS:-err tune host bench test}
+STEPS=${STEPS:-err first tune host bench test}
 el() { echo "t=$(( $(date +%s) - T0 ))s"; }
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
@@ -16,6 +17,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"
 if has err; then
   timeout ${T_ERR:-120} python3 benchmarks/selective_scan/gpu_errors.py cuda $ERR_VARIANT 2>&1 | tee $OUT/gpu_errors.log | tail -3
+  el
+fi
+if has first; then
+  timeout ${T_FIRST:-60} python3 -m pytest -q -rfE -m gpu -p no:cacheprovider -k "$FIRST_K" tests/ops \
+      2>&1 | tee $OUT/pytest_first.log | tail -3
   el
 fi
 cd benchmarks/selective_scan

@@ -52,3 +52,27 @@ def test_cache_key_of_constexprs_is_the_value():
     from ssmscan.ops.common.triton_launch import _spec
 
     assert _spec(16, True) == 16 and _spec(True, True) is True and _spec(None, True) is None
+
+
+@pytest.mark.triton
+def test_launch_hooks_send_launches_the_ordinary_way():
+    """A profiler's launch hook must see every launch: the cache is bypassed when one is set
+    (Triton 3.6 keeps an empty ``HookChain`` otherwise; older versions None or a callable)."""
+    from triton import knobs
+
+    from ssmscan.ops.common.triton_launch import _hooked
+
+    assert not _hooked(None)
+    assert _hooked(lambda *a: None)
+    chain = getattr(knobs.runtime, "launch_enter_hook", None)
+    if chain is not None and hasattr(chain, "calls"):
+        assert not _hooked(chain) or chain.calls
+
+        def hook(*a):
+            return None
+
+        chain.add(hook)
+        try:
+            assert _hooked(chain)
+        finally:
+            chain.remove(hook)

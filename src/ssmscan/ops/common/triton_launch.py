@@ -64,11 +64,22 @@ def _spec(v: Any, const: bool) -> Any:
     return type(v)  # floats: Triton specializes on the type only
 
 
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is set: Triton 3.6 keeps a ``HookChain`` (empty unless a
+    profiler added to it), earlier versions ``None`` or a callable."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or len(calls) > 0
+
+
 def _fast_launch(jit: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> Any:
     from triton import knobs
     from triton.runtime.driver import driver
 
-    if knobs.runtime.launch_enter_hook is not None or jit.pre_run_hooks:
+    if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
+        return jit[grid](*args, **kwargs)
+    if jit.pre_run_hooks:
         return jit[grid](*args, **kwargs)
     par = _PARAMS.get(id(jit))
     if par is None:

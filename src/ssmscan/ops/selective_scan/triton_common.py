@@ -55,20 +55,36 @@ import triton.language as tl
 
 LOG2E = math.log2(math.e)
 TILE_T = 4
+# Compiled kernels (inline PTX available) or Triton's CPU interpreter (none): the knob
+# ``triton.jit`` reads when it decorates the kernels of these modules, read at the same time.
+_PTX = tl.constexpr(not triton.knobs.runtime.interpret)
+
+
+@triton.jit
+def _rcp(x):
+    """1 / x: compiled, one MUFU.RCP (``rcp.approx.ftz.f32``, at most 1 ulp off; Triton's ``/``
+    is ``div.full.f32``, 8 instructions with its range scaling, H100/H200 SASS); interpreted, a
+    division. Callers' denominators are >= 1."""
+    if _PTX:
+        return tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return 1.0 / x
 
 
 @triton.jit
 def _softplus(x):
     """softplus(x) = max(x, 0) + log1p(y), y = exp(-|x|) in (0, 1], with log1p(y) = 2 atanh(s),
     s = y / (2 + y) <= 1/3, summed as its series up to s^11 (relative truncation error below
-    (1/9)^6 / 13 = 1.4e-7). One exp2 and one division and no log: libdevice's log is a ~20
+    (1/9)^6 / 13 = 1.4e-7). One exp2 and one reciprocal (``_rcp``), no log: libdevice's log is a ~20
     instruction polynomial, and the previous form (``log(1 + e) * e / ((1 + e) - 1)``) cost about
     40 instructions per element, 15-20% of the forward's instructions per step (sm_90 SASS).
     Above x = 20 the log1p term is below half an ulp of x, so the result is x, as F.softplus's
     threshold gives; NaN stays NaN. Max relative error vs float64 on float32 inputs in [-8, 1]:
     6e-7 (the rounding of |x| * log2(e), as in any exp), 2e-7 for the previous form."""
     y = tl.exp2(tl.abs(x) * -1.4426950408889634)
-    s = y / (2.0 + y)
+    s = y * _rcp(2.0 + y)
     s2 = s * s
     p = s2 * (1.0 / 11.0) + 1.0 / 9.0
     p = p * s2 + 1.0 / 7.0
@@ -109,8 +125,9 @@ def _bfly(x, MASK: tl.constexpr):
 
 @triton.jit
 def _sigmoid(x):
-    """1 / (1 + exp(-x)) with exp2 (``tl.exp`` adds four instructions of denormal handling)."""
-    return 1.0 / (1.0 + tl.exp2(x * -1.4426950408889634))
+    """1 / (1 + exp(-x)) with exp2 (``tl.exp`` adds four instructions of denormal handling) and
+    ``_rcp``."""
+    return _rcp(1.0 + tl.exp2(x * -1.4426950408889634))
 
 
 # Warps (batch x channel blocks x segments) the launchers aim for when they split L: 132
