@@ -77,7 +77,6 @@ from ssmscan.ops.selective_scan.triton_common import (
     num_groups,
     pad_states,
     prep_A,
-    prep_A_t,
     prep_BC,
     segments,
 )
@@ -716,7 +715,8 @@ def launch(
     else:
         nseg, seg = segments(batch * nblk * warps, NCK - 1)
     # (NP, dim) A for the tile kernels and the segments' local / carry passes
-    A2t = prep_A_t(A, NP) if not split or nseg > 1 else None
+    A2 = prep_A(A, NP)  # (dim, NP): the split kernels'
+    A2t = A2.t().contiguous() if not split or nseg > 1 else None
     Bt = prep_BC(B, batch, NP)
     Ct = prep_BC(C, batch, NP)
     dout_c = dout.contiguous()
@@ -788,7 +788,7 @@ def launch(
             dlast_main = torch.nn.functional.pad(dlast_state.to(f32), (0, NP - N)).contiguous()
         if seg_adj is not None:
             seg_adj_main = seg_adj.transpose(-1, -2).contiguous()
-        A2_main = prep_A(A, NP)
+        A2_main = A2
         # the forward's checkpoints as they are ((batch, dim, NCK, N) fp32), padded when N < NP
         ck = checkpoints.contiguous()
         if NP != N:
@@ -875,19 +875,24 @@ def launch(
         num_warps=warps,
         **extra,
     )
-    if split:  # (dim, NP) partials
+    # the partial sums, each one kernel where the layouts allow (the host time of these small
+    # launches is what bounds batch-1 calls)
+    if split and NP == N:  # (dim, NP) partials: dA's own layout
+        torch.sum(dAp, (0, 1), out=dA)
+    elif split:
         dA.copy_(dAp.sum((0, 1))[:, :N])
     else:
         dA.copy_(dAp.sum((0, 1))[:N].t())
-    # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L)
+    # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L), one cast-and-
+    # transpose copy into the gradient
     for grad, part in ((dB, dBp), (dC, dCp)):
-        red = part.reshape(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
-        grad.copy_(red.reshape(grad.shape))
+        red = part.view(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
+        grad.view(batch, G, N, L).copy_(red)
     if dD is not None:
         assert dDp is not None  # both are allocated iff D is given
-        dD.copy_(dDp.sum((0, 1)))
+        torch.sum(dDp, (0, 1), out=dD)
     if dbias is not None:
         assert dbp is not None  # both are allocated iff delta_bias is given
-        dbias.copy_(dbp.sum((0, 1)))
+        torch.sum(dbp, (0, 1), out=dbias)
     if dinit_out is not None:
         dinit_out.copy_(dinit[:, :, :N] if split else dinit[:, :N].transpose(1, 2))

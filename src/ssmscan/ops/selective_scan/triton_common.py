@@ -17,7 +17,8 @@ forward instead spreads a channel's states over NP / 4 threads of one warp, stat
 so does the "split" backward (Note [selective scan backward split] in ``triton_bwd_split``).
 The launchers prepare, once per call:
 
-* ``A2t`` (NP, dim) fp32 (backward) / ``A2`` (dim, NP) fp32 (forward): ``A * log2(e)``,
+* ``A2`` (dim, NP) fp32 (forward, split backward) and its transpose ``A2t`` (NP, dim) (the
+  tile backward kernels): ``A * log2(e)``,
   zero-padded to NP states (a padded state has decay 1 and input 0, so it stays 0);
 * ``Bt``, ``Ct`` (batch, G, L, NP) fp32: B and C transposed time-major and padded (these are
   ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads;
@@ -169,11 +170,6 @@ def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
     if NP != N:
         a2 = torch.nn.functional.pad(a2, (0, NP - N))
     return a2.contiguous()
-
-
-def prep_A_t(A: torch.Tensor, NP: int) -> torch.Tensor:
-    """``prep_A`` transposed, (NP, dim): the backward's channel-contiguous state layout."""
-    return prep_A(A, NP).t().contiguous()
 
 
 def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:
