@@ -10,16 +10,26 @@ placeholder tensor instead of every ``None``; the constexpr flags guarantee it i
 written, so results are the same and the kernel signature is the same on every path.
 
 Note [eager launch cache]: in eager (``wrap_triton`` disabled: the op's real CUDA body) a launch
-through ``JITFunction.run`` binds and specializes every argument, builds a string cache key and
-looks up hooks and globals: tens of microseconds for our ~30-argument kernels, several times per
-op call, which is what bounds batch-1 calls (H200, 2026-12-01: 270-390 us of host time per
-forward call against 0.17 ms on the GPU). ``_Launcher`` keeps, per kernel, the compiled kernels it
-has launched under a key of exactly what Triton specializes on (each tensor's dtype and 16-byte
-alignment; each int's range, equality to 1 and divisibility by 16; constexpr values; launch
-options; the device) and launches a cached one straight through its ``run`` (the compiled
-launcher). A miss goes through ``JITFunction.run`` (which compiles if needed) and caches what it
-returns. Launch hooks (profilers) or pre-run hooks send every call the ordinary way.
-``FAST_EAGER = False`` turns the cache off (benchmarks time both).
+through ``JITFunction.run`` binds and specializes every argument, builds a string cache key, looks
+up hooks and globals and builds launch metadata for the (empty) hook chain, for our
+~30-argument kernels several times per op call. ``_Launcher`` keeps, per kernel, the compiled
+kernels it has launched under a key of exactly what Triton specializes on (each tensor's dtype
+and 16-byte alignment; each int's range, equality to 1 and divisibility by 16; constexpr values;
+launch options; the device: ``tests/ops/common/test_triton_launch.py`` checks the key against
+Triton's own specialization) and launches a cached one straight through its ``run`` (the
+compiled launcher). A miss goes through ``JITFunction.run`` (which compiles if needed) and caches
+what it returns. A launch hook (a profiler) or a pre-run hook sends every call the ordinary way.
+``FAST_EAGER = False`` turns the cache off (``benchmarks/selective_scan/host_overhead.py`` times
+both).
+
+What it buys is modest (H200 host, 2026-12-01, us of host time per eager call, off -> on, two
+runs): fwd+bwd 1415-1533 -> 1321-1411 fp32 and 1550-1780 -> 1419-1448 bf16 at (1, 1536, 4096,
+16), 823-1098 -> 637-765 fp32 at (8, 4096, 2048, 16); the forward alone moved within the noise
+(250-460 us). The rest is the ~20 small torch ops around the kernels (with every launch stubbed
+out the launchers still take 100-160 us forward and 320-540 us backward) and the custom-op
+dispatch; mamba-ssm's C++ calls take 15-30 / 60-140 us. So batch-1 eager calls stay host-bound
+(GPU time 0.17 ms forward, 0.73-0.76 ms forward+backward at (1, 1536, 4096, 16)); CUDA graphs
+(``torch.compile(mode="reduce-overhead")``) remove it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The "split" main kernel of ``ssmscan::selective_scan_bwd`` (CUDA): the forward's layout.
+"""The "split" kernels of ``ssmscan::selective_scan_bwd`` (CUDA, the default backward where
+``applies``): the forward's layout.
 
 Note [selective scan backward split]
 ------------------------------------
@@ -9,10 +10,18 @@ checkpoints, read without a transposed copy), (BLOCK_D, TT) tiles of u / delta /
 TT = 8 steps. One warp of 8 channels per program, so 4x the warps of ``tile_rs`` and far fewer
 registers per channel.
 
-* Per chunk, a forward pass from the checkpoint writes the state at every tile start to this
-  program's scratch; then the tiles in reverse: the 8 states of the tile are recomputed and
-  *kept* (h_j and a_j), giving y_t and the dC_t partial on the way, and the adjoint runs back
-  through them: two exp2 per (d, n, t), not three.
+* The states kernel (``_selective_scan_bwd_states_kernel``, the forward's tile without outputs,
+  40 registers, one program per (channel block, batch, chunk): all chunks at once) walks each
+  chunk from its checkpoint and writes the state before every tile, ``tstates`` (batch, dim,
+  cdiv(L, 8), NP) fp32 (2x u's float32 size, freed after the backward). Then the main kernel
+  visits its segment's tiles in reverse: the 8 states of the tile are recomputed from the tile's
+  start state and *kept* (h_j and a_j), giving y_t and the dC_t partial on the way, and the
+  adjoint runs back through them: two exp2 per (d, n, t), not three. (The chunk pass used to
+  run inside the main kernel, serially before each chunk's reverse tiles, at the main kernel's
+  8 warps per multiprocessor; as its own kernel it runs at full occupancy and in parallel over
+  chunks: H200, 2026-12-01, whole fwd+bwd 5.59 -> 4.86 ms fp32 and 4.88 -> 4.48 ms bf16 at
+  (8, 4096, 2048, 16), 2.21 -> 1.93 / 1.97 -> 1.80 ms at (16, 1536, 1024, 16), together with the
+  softplus without log of ``triton_common``.)
 * Every B_t / C_t of a tile is loaded at the tile's start and shared by the recompute and the
   adjoint (the forward's lesson: loads in flight together).
 * dB_t / dC_t over the warp's 8 channels: ``_rs8``, a reduce-scatter by butterfly shuffles
@@ -40,9 +49,14 @@ that no access pulls the states toward the channel-contiguous layout.
 
 H200, 2026-11-30 (``benchmarks/selective_scan/split_proto``, the prototype of this kernel, whole
 backward op, ms): 4.65 vs 5.25 (``tile_rs``) fp32 and 3.97 vs 4.96 bf16 at (8, 4096, 2048, 16);
-1.78 vs 2.22 / 1.55 vs 2.11 at (16, 1536, 1024, 16). Not the default yet: this library kernel
-(the prototype plus segments, groups and the optional inputs) has not run on a GPU; one call of
-``benchmarks/selective_scan/device_split.sh`` runs its GPU tests, errors and timings.
+1.78 vs 2.22 / 1.55 vs 2.11 at (16, 1536, 1024, 16). 2026-12-01, this library kernel (with the
+chunk pass still inside) on the H200 beside ``tile_rs`` in one process: correct against float64
+in fp32 / bf16 / fp16 (``gpu_errors.py cuda split``: fp32 out 7.9e-7, worst gradient dA 5.9e-6;
+bf16 worst dB 3.2e-3), backward op 4.73 vs 5.30 ms fp32 and 4.06 vs 4.95 bf16 at (8, 4096, 2048),
+1.82 vs 2.24 / 1.59 vs 2.13 at (16, 1536, 1024), 6.09 vs 7.63 / 5.41 vs 6.86 at (1, 1024, 65536):
+the default since. Register caps (``maxnreg`` 200 / 168, ``benchmarks/selective_scan/
+tune_regs.py``) were slower at every row but the host-bound batch-1 bf16 one: the spills cost
+more than the extra warps gain.
 """
 
 from __future__ import annotations
