@@ -73,6 +73,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     _bfly,
     _sigmoid,
     _softplus,
+    _tile_inputs,
     block_channels,
     num_groups,
     pad_states,
@@ -131,49 +132,6 @@ def _store_block_sum(base, x, lane, m, NP: tl.constexpr, BLOCK_D: tl.constexpr, 
         tl.store(base + o_n, r, mask=m & (o_n < NP))
     else:
         tl.store(base + tl.arange(0, NP), tl.sum(x, axis=0), mask=m)
-
-
-@triton.jit
-def _tile_inputs(
-    u,
-    delta,
-    dout,
-    z,
-    row,
-    m_d,
-    o_t,
-    t0,
-    L,
-    b_bias,
-    SOFTPLUS: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-):
-    """(BLOCK_D, TT) tiles of steps t0 .. t0 + TT - 1, each thread one row of TT contiguous steps
-    (Note [selective scan backward tiles]): (mask, offsets, u, x = delta + bias, dt, dout, z,
-    sigmoid(z), dy)."""
-    o_tt = t0 + o_t
-    m = m_d[:, None] & (o_tt < L)[None, :]
-    p = row[:, None] + o_tt[None, :]
-    b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
-    b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        b_x += b_bias[:, None]
-    if SOFTPLUS:
-        b_dt = _softplus(b_x)
-    else:
-        b_dt = b_x
-    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-    b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
-    if HAS_Z:
-        b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
-        sig_z = _sigmoid(b_z)
-        b_dy = b_do * b_z * sig_z
-    else:
-        b_z = b_do
-        sig_z = b_do
-        b_dy = b_do
-    return m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
 
 
 @triton.jit

@@ -65,7 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _tile_inputs
 from ssmscan.ops.selective_scan.triton_fwd import _col, _fwd_tile
 
 SPLIT_NP = 16  # the only state count the kernel takes (``_rs8``)
@@ -267,25 +267,9 @@ def _selective_scan_bwd_split_kernel(
         k = k_end - 1 - kk
         t0 = k * TT
         hs = tl.load(p_ts + k * NP, mask=m_d2, other=0.0)
-        o_tt = t0 + o_t
-        m = m_d2 & (o_tt < L)[None, :]
-        p = row[:, None] + o_tt[None, :]
-        b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
-        b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            b_x += b_bias[:, None]  # type: ignore[index]  # None only when the flag is off
-        if SOFTPLUS:
-            b_dt = _softplus(b_x)
-        else:
-            b_dt = b_x
-        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-        b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
-        if HAS_Z:
-            b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
-            sig_z = _sigmoid(b_z)
-            b_dy = b_do * b_z * sig_z
-        else:
-            b_dy = b_do
+        m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
+            u, delta, dout, z, row, m_d, o_t, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+        )
         b_dtu = b_dt * b_u
         Bs = ()
         Cs = ()
