@@ -672,8 +672,8 @@ def launch(
         )
     else:
         nseg, seg = segments(batch * nblk * warps, NCK - 1)
-    # (NP, dim) A for the tile kernels and the segments' local / carry passes
     A2 = prep_A(A, NP)  # (dim, NP): the split kernels'
+    # (NP, dim): the tile kernels' and the segments' local / carry passes'
     A2t = A2.t().contiguous() if not split or nseg > 1 else None
     Bt = prep_BC(B, batch, NP)
     Ct = prep_BC(C, batch, NP)
