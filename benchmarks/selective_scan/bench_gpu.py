@@ -241,6 +241,11 @@ def main():
         help="triton_bwd.BWD_VARIANT values to time, e.g. tile_rs,split (keys get a suffix "
         "for all but the library's default)",
     )
+    ap.add_argument(
+        "--fwd-variants",
+        default=triton_fwd.FWD_VARIANT,
+        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile (suffixed keys as above)",
+    )
     args = ap.parse_args()
     try:
         import selective_scan_cuda as mb
@@ -254,16 +259,21 @@ def main():
         if args.shapes is None
         else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
     )
-    default_bwd = triton_bwd.BWD_VARIANT
+    default_bwd, default_fwd = triton_bwd.BWD_VARIANT, triton_fwd.FWD_VARIANT
     variants = [
-        (ck, tw, bv)
+        (ck, tw, bv, fv)
         for ck in [int(c) for c in args.ck.split(",")]
         for tw in [int(t) for t in args.targets.split(",")]
         for bv in args.bwd_variants.split(",")
+        for fv in args.fwd_variants.split(",")
     ]
 
-    def key(ck, tw, bv):
-        return f"{ck}w{tw}" + ("" if bv == default_bwd else bv)
+    def key(ck, tw, bv, fv):
+        return (
+            f"{ck}w{tw}"
+            + ("" if bv == default_bwd else bv)
+            + ("" if fv == default_fwd else "f" + fv)
+        )
 
     for batch, dim, L, N in shapes_:
         for dtype in (torch.float32, torch.bfloat16):
@@ -292,11 +302,12 @@ def main():
                         lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout)
                     )
             refs = references(kw, dout, mb)
-            for ck, tw, bv in variants:
+            for ck, tw, bv, fv in variants:
                 set_checkpoint_len(ck)
                 set_target_warps(tw)
                 triton_bwd.BWD_VARIANT = bv
-                ck = key(ck, tw, bv)
+                triton_fwd.FWD_VARIANT = fv
+                ck = key(ck, tw, bv, fv)
                 errs = check(kw, dout, refs)
                 ok = (
                     errs["out"] <= tol[dtype]
@@ -327,6 +338,7 @@ def main():
                         lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout)
                     )
             triton_bwd.BWD_VARIANT = default_bwd
+            triton_fwd.FWD_VARIANT = default_fwd
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs

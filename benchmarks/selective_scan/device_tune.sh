@@ -37,7 +37,7 @@ if has host; then
   el
 fi
 if has bench; then
-  timeout ${T_BENCH:-200} python3 bench_gpu.py ${VARIANTS:+--bwd-variants=$VARIANTS} --graph \
+  timeout ${T_BENCH:-200} python3 bench_gpu.py ${VARIANTS:+--bwd-variants=$VARIANTS} ${FWD_VARIANTS:+--fwd-variants=$FWD_VARIANTS} --graph \
       ${SHAPES:+--shapes $SHAPES} --out $OUT/bench.json 2>&1 | tee $OUT/bench.log | grep -v '^{' | tail -40
   el
 fi

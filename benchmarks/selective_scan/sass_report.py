@@ -73,7 +73,9 @@ def _sig(kernel, values: dict) -> tuple[dict, dict, dict]:
 
 def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tuple[dict, int]:
     NP = triton_common.pad_states(N)
-    block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP)
+    lane = triton_fwd.FWD_VARIANT == "lane"
+    kl, tpl = triton_fwd.lane_geometry(NP)
+    block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP, kl if lane else None)
     NCK = num_checkpoints(L)
     nseg, seg = triton_common.segments(
         batch * triton.cdiv(dim, block_d) * warps, NCK - 1, triton_common.FWD_TARGET_WARPS
@@ -108,7 +110,11 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         HAS_INIT=False,
         LOCAL=local,
     )
-    v["TT"] = triton_fwd.steps_per_tile(NP)
+    if lane:  # the lane kernel's signature (``triton_fwd_lane``)
+        v.update(LP=L, KL=kl, TPL=tpl)
+        v["TT"] = kl * tpl
+    else:
+        v["TT"] = triton_fwd.steps_per_tile(NP)
     v["SPLIT"] = nseg > 1
     return v, warps, nseg
 
@@ -285,7 +291,9 @@ def main() -> None:
     ap.add_argument("--local", action="store_true", help="also the LOCAL pass (L split)")
     ap.add_argument("--dump", default=None, help="write ttgir / ptx / sass here")
     ap.add_argument("--bwd", action="store_true", help="the backward main kernel instead")
+    ap.add_argument("--fwd-variant", default=triton_fwd.FWD_VARIANT, help="triton_fwd.FWD_VARIANT")
     a = ap.parse_args()
+    triton_fwd.FWD_VARIANT = a.fwd_variant
     if a.bwd:
         bwd_main(a)
         return
@@ -295,8 +303,12 @@ def main() -> None:
             for local in (False, True) if a.local else (False,):
                 v, warps, nseg = fwd_values(*shape, DTYPES[dt], local)
                 tag = f"fwd-{'x'.join(map(str, shape))}-{dt}{'-local' if local else ''}"
-                meta, sass = sass_of(triton_fwd._selective_scan_fwd_kernel, v, warps, a.dump, tag)
                 steps = v["TT"]
+                if triton_fwd.FWD_VARIANT == "lane":
+                    kernel = triton_fwd._selective_scan_fwd_lane_kernel
+                else:
+                    kernel = triton_fwd._selective_scan_fwd_kernel
+                meta, sass = sass_of(kernel, v, warps, a.dump, tag)
                 instrs = parse(sass)
                 loop = main_loop(instrs)
                 print(

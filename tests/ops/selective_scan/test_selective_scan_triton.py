@@ -34,8 +34,13 @@ CASES = [
     pytest.param(
         1, 2, 2 * CHECKPOINT_LEN + 5, 3, None, True, True, True, id="B1-D2-L2CKp5-N3-init"
     ),
-    # NP = 64: the forward's state layout puts 16 threads on a channel (Note [selective scan
-    # forward layout]) and the 8-step tile no longer matches it
+    # the lane forward's other geometries (Note [selective scan forward lanes]): NP = 8 (2 lanes,
+    # 4 steps each), NP = 32 (8 lanes, 1 step each)
+    pytest.param(1, 3, 45, 8, None, True, True, True, id="B1-D3-L45-N8-init"),
+    pytest.param(2, 2, 29, 32, None, True, True, False, id="B2-D2-L29-N32"),
+    # NP = 64: the 2-D forward (the lane kernel takes NP <= 32), whose state layout puts 16
+    # threads on a channel (Note [selective scan forward layout]) and the 8-step tile no longer
+    # matches it
     pytest.param(1, 3, 41, 33, None, True, True, True, id="B1-D3-L41-N33-init"),
 ]
 
@@ -350,6 +355,8 @@ GPU_CASES = [
     pytest.param(1, 96, 1000, 16, 3, id="B1-D96-L1000-N16-G3"),
     pytest.param(2, 130, 1, 4, None, id="B2-D130-L1-N4"),
     pytest.param(1, 512, 3001, 8, None, id="B1-D512-L3001-N8"),
+    pytest.param(1, 64, 333, 32, None, id="B1-D64-L333-N32"),
+    pytest.param(1, 32, 200, 40, None, id="B1-D32-L200-N40-2d-forward"),
 ]
 
 

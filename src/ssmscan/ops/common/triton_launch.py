@@ -83,7 +83,9 @@ def _hooked(hook: Any) -> bool:
     return calls is None or len(calls) > 0
 
 
-def _fast_launch(jit: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> Any:
+def _fast_launch(
+    jit: Any, grid: tuple[int, ...], args: tuple, kwargs: dict, check: Callable[[Any], None] | None
+) -> Any:
     from triton import knobs
     from triton.runtime.driver import driver
 
@@ -103,6 +105,8 @@ def _fast_launch(jit: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> 
     key = (device, options, *(_spec(v, c) for v, c in zip(values, par.const)))
     compiled = par.cache.get(key)
     if compiled is None:
+        if check is not None:  # compiled and checked before its first launch
+            check(jit.warmup(*args, grid=grid, **kwargs))
         compiled = jit[grid](*args, **kwargs)
         if compiled is not None and not hasattr(compiled, "result"):  # not an async compile
             par.cache[key] = compiled
@@ -125,9 +129,10 @@ def _fast_launch(jit: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> 
 
 
 class _Launcher:
-    def __init__(self, kernel: Any) -> None:
+    def __init__(self, kernel: Any, check: Callable[[Any], None] | None) -> None:
         self._jit = kernel
         self._kernel = torch.library.wrap_triton(kernel)
+        self._check = check
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
         from torch._library.triton import is_wrap_triton_enabled
@@ -150,14 +155,17 @@ class _Launcher:
                 args = tuple(dummy if a is None else a for a in args)
                 kwargs = {k: dummy if v is None else v for k, v in kwargs.items()}
             if fast:
-                return _fast_launch(self._jit, grid, args, kwargs)
+                return _fast_launch(self._jit, grid, args, kwargs, self._check)
+            if self._check is not None and like.is_cuda and not is_wrap_triton_enabled():
+                self._check(self._jit.warmup(*args, grid=grid, **kwargs))
             return self._kernel[grid](*args, **kwargs)
 
         return call
 
 
-def launcher(kernel: Any) -> _Launcher:
+def launcher(kernel: Any, check: Callable[[Any], None] | None = None) -> _Launcher:
     """``launcher(kernel)[grid](*args, **kwargs)``: ``wrap_triton`` with ``None`` tensors replaced
     by a placeholder (Note [no None pointers]), eager launches through a cache of compiled
-    kernels (Note [eager launch cache])."""
-    return _Launcher(kernel)
+    kernels (Note [eager launch cache]). ``check(compiled)``, if given, sees every kernel an eager
+    CUDA launch compiles before its first launch (and may raise)."""
+    return _Launcher(kernel, check)

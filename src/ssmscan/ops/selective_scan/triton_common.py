@@ -216,19 +216,20 @@ def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
     return a2.contiguous()
 
 
-def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:
-    """B or C, (batch, N, L) or (batch, G, N, L) -> (batch, G, L, NP) fp32, zero-padded (one
-    copy kernel, cast and transpose together)."""
+def prep_BC(X: torch.Tensor, batch: int, NP: int, steps: int | None = None) -> torch.Tensor:
+    """B or C, (batch, N, L) or (batch, G, N, L) -> (batch, G, steps, NP) fp32 (steps >= L,
+    default L), zero-padded states and steps (one copy kernel, cast and transpose together)."""
     if X.dim() == 3:
         X = X.unsqueeze(1)
     _b, G, N, L = X.shape
-    shape = (batch, G, L, NP)
-    if NP == N:
+    steps = L if steps is None else steps
+    shape = (batch, G, steps, NP)
+    if NP == N and steps == L:
         xt = torch.empty(shape, dtype=torch.float32, device=X.device)
         xt.copy_(X.transpose(2, 3))
     else:
         xt = torch.zeros(shape, dtype=torch.float32, device=X.device)
-        xt[..., :N].copy_(X.transpose(2, 3))
+        xt[:, :, :L, :N].copy_(X.transpose(2, 3))
     return xt
 
 

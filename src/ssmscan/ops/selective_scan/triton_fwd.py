@@ -1,4 +1,6 @@
-"""Triton forward kernel of ``ssmscan::selective_scan_fwd`` (CUDA).
+"""Triton forward kernels of ``ssmscan::selective_scan_fwd`` (CUDA): the launcher, and the 2-D
+kernel, used for NP > 32 and wherever the lane kernel (``triton_fwd_lane``, the default: Note
+[selective scan forward lanes]) fails its layout check.
 
 Each program owns (batch b, BLOCK_D channels, all states, one segment of L) and walks its segment
 sequentially in registers, one exp2 per (d, n, t); with several segments a local pass and a carry
@@ -41,6 +43,8 @@ touching the loop.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 import triton.language as tl
@@ -56,6 +60,12 @@ from ssmscan.ops.selective_scan.triton_common import (
     prep_A,
     prep_BC,
     segments,
+)
+from ssmscan.ops.selective_scan.triton_fwd_lane import (
+    LaneLayoutError,
+    _selective_scan_fwd_lane_kernel,
+    check_lane_layout,
+    lane_geometry,
 )
 
 
@@ -283,15 +293,27 @@ def _selective_scan_fwd_carry_kernel(
         tl.store(p_ck + ((s + 1) * SEG) * NP, h, mask=m_d[:, None])
 
 
+# "lane" (Note [selective scan forward lanes], ``triton_fwd_lane``) or "tile" (the 2-D kernel
+# above); "tile" too once a lane kernel failed its layout check in this process
+FWD_VARIANT = "lane"
+# the lane kernel up to 32 padded states: at 64 the 2-D blocks' 4-state vectors need 16 lanes a
+# channel, more than a tile's 8 steps, and the layout check rejects what Triton makes of it (bf16)
+LANE_MAX_NP = 32
+
+
 def steps_per_tile(NP: int) -> int:
     """TT (Note [selective scan forward layout]): 8 steps, NP when smaller."""
     return min(NP, 8)
 
 
-def fwd_block_channels(batch: int, dim: int, G: int, NP: int) -> tuple[int, int]:
+def fwd_block_channels(
+    batch: int, dim: int, G: int, NP: int, per_channel: int | None = None
+) -> tuple[int, int]:
     """(BLOCK_D, num_warps) of the forward: 4 warps of NP / 4 threads per channel (BLOCK_D = 32 at
-    NP = 16), fewer channels for grouped B / C so that a block never straddles two groups."""
-    per_channel = max(1, min(NP // 4, 32))  # threads per channel
+    NP = 16; ``per_channel`` if given), fewer channels for grouped B / C so that a block never
+    straddles two groups."""
+    if per_channel is None:
+        per_channel = max(1, min(NP // 4, 32))  # threads per channel
     warps = 4
     block_d = max(1, warps * 32 // per_channel)
     if G > 1:
@@ -320,6 +342,31 @@ def launch(
 ) -> None:
     """Run the forward into the preallocated ``out``, ``last_state``, ``checkpoints``
     (``shapes.empty_forward_outputs``). Inputs may have any strides."""
+    global FWD_VARIANT
+    args = (u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus)
+    try:
+        _launch(*args, out, last_state, checkpoints)
+    except LaneLayoutError as e:  # checked before its first launch: nothing was written
+        FWD_VARIANT = "tile"
+        warnings.warn(f"{e}; using the 2-D forward kernel from now on", stacklevel=2)
+        _launch(*args, out, last_state, checkpoints)
+
+
+def _launch(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    delta_softplus: bool,
+    out: torch.Tensor,
+    last_state: torch.Tensor,
+    checkpoints: torch.Tensor,
+) -> None:
     if u.dtype == torch.float64:
         # no float64 Triton path: the float64 C kernel on host copies (correct, not fast)
         from ssmscan.ops.selective_scan import cpu  # noqa: F401  (registers the op)
@@ -344,10 +391,17 @@ def launch(
     NP = pad_states(N)
     G = int(num_groups(B))
     NCK = checkpoints.shape[2]
-    TT = steps_per_tile(NP)
+    lane = FWD_VARIANT == "lane" and NP <= LANE_MAX_NP
+    if lane:
+        KL, TPL = lane_geometry(NP)
+        TT = KL * TPL
+    else:
+        TT = steps_per_tile(NP)
     assert CHECKPOINT_LEN % TT == 0 and NCK == num_checkpoints(L), (NCK, L)
     assert out.shape == (batch, dim, L) and last_state.shape == (batch, dim, N)
-    block_d, warps = fwd_block_channels(batch, dim, G, NP)
+    block_d, warps = fwd_block_channels(batch, dim, G, NP, KL if lane else None)
+    # B / C time-padded for the lane kernel, one more tile for its prefetch
+    LP = (triton.cdiv(L, TT) + 1) * TT if lane else L
     nblk = triton.cdiv(dim, block_d)
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     f32 = torch.float32
@@ -365,8 +419,8 @@ def launch(
         u=u.contiguous(),
         delta=delta.contiguous(),
         A2=prep_A(A, NP),
-        Bt=prep_BC(B, batch, NP),
-        Ct=prep_BC(C, batch, NP),
+        Bt=prep_BC(B, batch, NP, LP),
+        Ct=prep_BC(C, batch, NP, LP),
         Dv=D.to(f32).contiguous() if D is not None else None,
         z=z.contiguous() if z is not None else None,
         delta_bias=delta_bias.to(f32).contiguous() if delta_bias is not None else None,
@@ -383,11 +437,16 @@ def launch(
         HAS_Z=z is not None,
         HAS_BIAS=delta_bias is not None,
         HAS_INIT=initial_state is not None,
-        TT=TT,
         SPLIT=nseg > 1,
         num_warps=warps,
     )
-    kernel = launcher(_selective_scan_fwd_kernel)
+    if lane:
+        args["LP"] = LP
+        consts.update(KL=KL, TPL=TPL)
+        kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL))
+    else:
+        consts["TT"] = TT
+        kernel = launcher(_selective_scan_fwd_kernel)
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
         seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)

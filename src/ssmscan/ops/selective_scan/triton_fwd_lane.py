@@ -1,0 +1,417 @@
+"""Forward kernel of ``ssmscan::selective_scan_fwd`` with explicit lane broadcasts (CUDA).
+
+Note [selective scan forward lanes]
+-----------------------------------
+The same recurrence and outputs as ``_selective_scan_fwd_kernel`` (``triton_fwd``), with the
+thread layout written into the shapes instead of left to the compiler: a channel's NP states are
+held by KL consecutive lanes of a warp, SPT = NP / KL contiguous states each, so every
+state-shaped block is (BLOCK_D, KL, SPT) (state n = k * SPT + s, the memory order) and every
+(BLOCK_D, KL, TPL) time tile holds TT = KL * TPL steps, lane k the TPL steps k * TPL .. k * TPL +
+TPL - 1. softplus / gate / D are computed once per element, spread over the lanes as before; a
+step j's dt and dt * u, needed by all KL lanes of the channel, are then one ``shfl.sync.idx`` from
+lane j // TPL (``_lane_bcast``) of the in-thread slot j % TPL (``_slot``, a register pick)
+instead of a masked sum over the row (the 2-D kernel's ``_col``: a select and log2(KL) butterfly
+shuffles and adds per value). B_t / C_t come from the launcher's time-padded copies (``LP``
+steps, a multiple of TT, the pad zero), so their loads need no mask: the padded steps have dt = 0
+(decay 1, input 0 * 0). Every input of the next tile (u, delta, z, its 8 B_t and C_t) is loaded
+before the current tile computes (``_lane_loads``, carried through the loop; B / C padded by one
+more tile for it).
+
+Why (H200, 2026-12-01, library op, same process as mamba-ssm, eager ms, lane / 2-D kernel): the
+2-D kernel's 58.8 instructions per thread-step (sm_90 SASS at (8, 4096, 2048, 16) fp32; 12 of
+them ``_col``'s selects, shuffles and adds, 4 more masked B / C address and zeroing work) are
+43.8 here (47.4 bf16, 128 registers); without the prefetch 39.2 at 56 registers, but ptxas then
+spreads the B / C loads through the tile instead of issuing them together and the kernel was
+slower than the 2-D one at large batch (0.97 vs 0.81 ms fp32). With it: 0.67 vs 0.81 fp32 and
+0.73 vs 0.79 bf16 at (8, 4096, 2048, 16); 0.31 vs 0.38 / 0.35 vs 0.37 at (16, 1536, 1024, 16);
+1.23 vs 1.50 / 1.15 vs 1.43 at (1, 1024, 65536, 16); 0.14 vs 0.17 / 0.14 vs 0.16 at (1, 1536,
+4096, 16) under CUDA graphs (eager batch 1 is host-bound).
+
+The shuffle relies on the layout Triton derives for these shapes: dimension 1 (k) on KL
+consecutive lanes, aligned to KL (``threadsPerWarp`` [32 / KL, KL, 1], the contiguous dimension
+last). Loads and stores go through (BLOCK_D, TT) / (BLOCK_D, NP) blocks reshaped to 3-D: with
+3-D offsets Triton's coalescing orders the dimensions by contiguity and puts the 32 lanes on the
+channels instead (Triton 3.6). ``lane_layout_problem`` reads the compiled TTGIR for exactly that
+(every shuffle's operand a blocked layout with KL lanes along dimension 1, fastest); the eager
+launcher runs it on every kernel it compiles before the first launch and the launcher falls back
+to the 2-D kernel if it fails; ``tests/ops/selective_scan/test_triton_fwd_lane.py`` compiles the
+kernel for sm_90 offline (no GPU) and checks it too. The GPU tests check every output against
+float64 over the test grid; under the interpreter (no inline PTX) the broadcast is the masked sum.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from ssmscan.ops.selective_scan.triton_common import _PTX, _sigmoid, _softplus
+
+
+@triton.jit
+def _slot(x, S: tl.constexpr, TPL: tl.constexpr):
+    """x[:, :, S] of a (BLOCK_D, KL, TPL) tile as (BLOCK_D, KL): in-thread (``tl.split``)."""
+    if TPL == 1:
+        return tl.reshape(x, (x.shape[0], x.shape[1]))
+    elif TPL == 2:
+        a, b = tl.split(x)
+        return a if S == 0 else b
+    else:  # TPL == 4: step s = 2 * i + j of the lane
+        a, b = tl.split(tl.reshape(x, (x.shape[0], x.shape[1], 2, 2)))
+        c = a if S % 2 == 0 else b
+        e, f = tl.split(c)
+        return e if S // 2 == 0 else f
+
+
+@triton.jit
+def _lane_bcast(v, o_k, K: tl.constexpr, KL: tl.constexpr):
+    """Every lane of a channel gets lane K's element of v (BLOCK_D, KL): one ``shfl.sync.idx``
+    within segments of KL lanes (``c`` = segment mask << 8 | clamp); interpreted, a masked sum
+    (shape (BLOCK_D, 1))."""
+    if KL == 1:
+        return v
+    elif _PTX:
+        vi = v.to(tl.int32, bitcast=True)
+        src = tl.full(v.shape, K, tl.int32)
+        seg = tl.full(v.shape, ((32 - KL) << 8) | 0x1F, tl.int32)
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $1, $2, $3, -1;",
+            "=r,r,r,r",
+            [vi, src, seg],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+        return r.to(tl.float32, bitcast=True)
+    else:
+        return tl.sum(tl.where(o_k[None, :] == K, v, 0.0), axis=1)[:, None]
+
+
+@triton.jit
+def _lane_loads(
+    u,
+    delta,
+    z,
+    p_B,
+    p_C,
+    row,
+    m_d,
+    t0,
+    t_end,
+    NP: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    LOCAL: tl.constexpr,
+):
+    """The inputs of the TT = KL * TPL steps from t0 (Note [selective scan forward lanes]): u,
+    delta, z (u when there is none) as loaded, (BLOCK_D, KL, TPL); B_t / C_t (1, KL, SPT) fp32,
+    time-padded, no mask (C: B's when LOCAL)."""
+    TT: tl.constexpr = KL * TPL
+    T3: tl.constexpr = (row.shape[0], KL, TPL)
+    # loads as (BLOCK_D, TT), reshaped: the layout Triton gives them puts a row's TT steps on KL
+    # consecutive lanes (3-D offsets get the channels on the lanes instead)
+    o_tt = t0 + tl.arange(0, TT)
+    m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+    p = row[:, None] + o_tt[None, :]  # (BLOCK_D, TT)
+    b_u = tl.reshape(tl.load(u + p, mask=m2, other=0.0), T3)
+    b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3)
+    if HAS_Z and not LOCAL:
+        b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3)
+    else:
+        b_z = b_u
+    Bs = ()
+    Cs = ()
+    for j in tl.static_range(TT):
+        b_B = tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, NP // KL))
+        Bs = Bs + (b_B,)  # noqa: RUF005  (Triton tuples)
+        if not LOCAL:
+            Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, NP // KL)),)  # noqa: RUF005
+        else:
+            Cs = Cs + (b_B,)  # noqa: RUF005
+    return b_u, b_x, b_z, Bs, Cs
+
+
+@triton.jit
+def _fwd_tile_lane(
+    h,
+    ins,
+    b_A2,
+    out,
+    b_bias,
+    b_D,
+    row,
+    m_d,
+    o_k,
+    o_j,
+    t0,
+    t_end,
+    dt_sum,
+    SOFTPLUS: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    LOCAL: tl.constexpr,
+):
+    """TT = KL * TPL steps t0 .. t0 + TT - 1 from their inputs ``ins`` (``_lane_loads``; Note
+    [selective scan forward lanes]); stores y unless LOCAL. o_j (1, KL, TPL): a tile element's
+    step within the tile. Returns (h, dt_sum)."""
+    TT: tl.constexpr = KL * TPL
+    BLOCK_D: tl.constexpr = row.shape[0]
+    b_u, b_dt, b_z, Bs, Cs = ins
+    b_u = b_u.to(tl.float32)
+    b_dt = b_dt.to(tl.float32)
+    m = m_d[:, None, None] & (t0 + o_j < t_end)
+    if HAS_BIAS:
+        b_dt += b_bias[:, None, None]
+    if SOFTPLUS:
+        b_dt = _softplus(b_dt)
+    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    if LOCAL:
+        dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
+    b_du = b_dt * b_u
+    b_y = tl.zeros_like(b_u)
+    for j in tl.static_range(TT):
+        b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        h = tl.exp2(b_dtj * b_A2) * h + b_duj * Bs[j]
+        if not LOCAL:
+            b_yj = tl.sum(tl.sum(h * Cs[j], axis=2), axis=1)
+            b_y = tl.where(o_j == j, b_yj[:, None, None], b_y)
+    if not LOCAL:
+        if HAS_D:
+            b_y += b_D[:, None, None] * b_u
+        if HAS_Z:
+            b_z = b_z.to(tl.float32)
+            b_y *= b_z * _sigmoid(b_z)
+        o_tt = t0 + tl.arange(0, TT)
+        p = row[:, None] + o_tt[None, :]
+        m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+        tl.store(out + p, tl.reshape(b_y, (BLOCK_D, TT)).to(out.dtype.element_ty), mask=m2)
+    return h, dt_sum
+
+
+@triton.jit
+def _selective_scan_fwd_lane_kernel(
+    u,  # (batch, dim, L) input
+    delta,  # (batch, dim, L) time step before bias / softplus
+    A2,  # (dim, NP) fp32, A * log2(e), zero-padded states
+    Bt,  # (batch, G, LP, NP) fp32, B time-major, zero-padded states and steps
+    Ct,  # (batch, G, LP, NP) fp32, C time-major, zero-padded states and steps
+    Dv,  # (dim,) fp32 skip weight, or None
+    z,  # (batch, dim, L) gate, or None
+    delta_bias,  # (dim,) fp32, or None
+    init,  # (batch, dim, NP) fp32 initial state (padded), or None
+    out,  # (batch, dim, L) output, u's dtype
+    ckpt,  # (batch, dim, NCK, NP) fp32: state before each chunk, last entry the final state
+    seg_state,  # (batch, NSEG, dim, NP) fp32 LOCAL: segment end state from zero, or None
+    seg_dt,  # (batch, NSEG, dim) fp32 LOCAL: sum of dt over the segment, or None
+    dim,  # channels
+    L,  # sequence length
+    LP,  # steps of Bt / Ct: L rounded up to a multiple of TT = KL * TPL, plus TT
+    N,  # states
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SEG,  # chunks per segment (program axis 2)
+    SOFTPLUS: tl.constexpr,  # dt = softplus(delta + bias)
+    NP: tl.constexpr,  # padded states, power of two
+    CK: tl.constexpr,  # checkpoint chunk length, multiple of KL * TPL
+    BLOCK_D: tl.constexpr,  # channels per program
+    KL: tl.constexpr,  # lanes per channel
+    TPL: tl.constexpr,  # steps per lane and tile
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
+    SPLIT: tl.constexpr,  # several segments (program axis 2)
+):
+    SPT: tl.constexpr = NP // KL
+    TT: tl.constexpr = KL * TPL
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    o_k = tl.arange(0, KL)
+    o_n = tl.arange(0, NP)
+    # a tile's step k * TPL + s (1, KL, TPL)
+    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]
+    # state-shaped blocks are (BLOCK_D, KL, SPT), state n = k * SPT + s; loaded and stored as
+    # (BLOCK_D, NP) and reshaped, as the tiles (``_fwd_tile_lane``)
+    S3: tl.constexpr = (BLOCK_D, KL, SPT)
+    m_dn = m_d[:, None]
+    o_dn = o_d[:, None] * NP + o_n[None, :]  # (BLOCK_D, NP) in a (dim, NP) buffer
+
+    b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
+    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+
+    row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    bc = (i_b * G + grp) * LP * NP  # B_t / C_t of this program's group: broadcast loads
+    p_B = Bt + bc + o_n  # (NP,)
+    p_C = Ct + bc + o_n
+    # entry c of channel d at p_ck + c * NP
+    p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
+
+    NC = NCK - 1  # chunks
+    c0 = i_s * SEG
+    c1 = tl.minimum(c0 + SEG, NC)
+    if SPLIT:
+        t_beg = c0 * CK
+        t_end = tl.minimum(c1 * CK, L)
+    else:  # one segment: plain bounds (the min() bounds cost 17-20% of the time, H200)
+        t_beg = 0
+        t_end = L
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
+    if LOCAL:
+        h = tl.zeros(S3, dtype=tl.float32)
+    elif i_s == 0:
+        if HAS_INIT:
+            h = tl.reshape(tl.load(init + i_b * dim * NP + o_dn, mask=m_dn, other=0.0), S3)
+        else:
+            h = tl.zeros(S3, dtype=tl.float32)
+    else:  # from the carry pass
+        h = tl.reshape(tl.load(p_ck + c0 * NP, mask=m_dn, other=0.0), S3)
+    # the next tile's inputs load while this one computes (B / C padded for it)
+    nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
+    for t0 in range(t_beg, t_end, TT):
+        t0 = tl.multiple_of(t0, TT)
+        if not LOCAL:
+            if t0 % CK == 0:
+                tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
+        ins = nxt
+        nxt = _lane_loads(
+            u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, LOCAL
+        )
+        h, dt_sum = _fwd_tile_lane(
+            h,
+            ins,
+            b_A2,
+            out,
+            b_bias,
+            b_D,
+            row,
+            m_d,
+            o_k,
+            o_j,
+            t0,
+            t_end,
+            dt_sum,
+            SOFTPLUS,
+            KL,
+            TPL,
+            HAS_D,
+            HAS_Z,
+            HAS_BIAS,
+            LOCAL,
+        )
+    if LOCAL:
+        p_seg = seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn
+        tl.store(p_seg, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
+        tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
+    elif c1 == NC:
+        tl.store(p_ck + NC * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)  # the final entry
+
+
+_SHFL = re.compile(
+    r'tt\.elementwise_inline_asm "shfl\.sync\.idx[^"]*".*?'
+    r": tensor<(\d+)x(\d+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
+)
+_ALIAS = re.compile(r"^(#\w+) = (#ttg\.\w+<\{.*\}>)", re.M)
+
+
+def _ints(spec: str, field: str) -> list[int]:
+    m = re.search(field + r" = \[([\d, ]*)\]", spec)
+    return [int(x) for x in m.group(1).split(",")] if m else []
+
+
+def _bases(enc: str, aliases: dict[str, str]) -> dict[str, list[tuple[int, ...]]]:
+    """Register / lane / warp bases (the offset each bit adds, per dimension) of a blocked,
+    linear or slice layout in TTGIR text; KeyError / ValueError for anything else."""
+    enc = aliases.get(enc, enc)
+    if enc.startswith("#ttg.slice"):
+        dim = int(re.search(r"dim = (\d+)", enc).group(1))
+        parent = _bases(re.search(r"parent = (#[\w.]+(?:<\{.*\}>)?)", enc).group(1), aliases)
+        return {k: [b[:dim] + b[dim + 1 :] for b in v] for k, v in parent.items()}
+    if enc.startswith("#ttg.linear"):
+        out = {}
+        for kind in ("register", "lane", "warp"):
+            m = re.search(kind + r" = \[(.*?)\](?:, \w+ = |\}>)", enc)
+            vecs = re.findall(r"\[([\d, ]+)\]", m.group(1)) if m else []
+            out[kind] = [tuple(int(x) for x in v.split(",")) for v in vecs]
+        return out
+    if not enc.startswith("#ttg.blocked"):
+        raise ValueError(enc)
+    spt, tpw, wpc, order = (
+        _ints(enc, f) for f in ("sizePerThread", "threadsPerWarp", "warpsPerCTA", "order")
+    )
+    rank = len(order)
+
+    def unit(d: int, v: int) -> tuple[int, ...]:
+        return tuple(v if i == d else 0 for i in range(rank))
+
+    out = {"register": [], "lane": [], "warp": []}
+    for d in order:  # fastest dimension first
+        out["register"] += [unit(d, 1 << k) for k in range(spt[d].bit_length() - 1)]
+        out["lane"] += [unit(d, spt[d] << k) for k in range(tpw[d].bit_length() - 1)]
+        out["warp"] += [unit(d, spt[d] * tpw[d] << k) for k in range(wpc[d].bit_length() - 1)]
+    return out
+
+
+def lane_layout_problem(ttgir: str, KL: int) -> str | None:
+    """What breaks the shuffles' layout assumption (Note [selective scan forward lanes]) in a
+    compiled lane kernel's TTGIR, or None when the operand of every ``shfl.sync.idx``, a
+    (BLOCK_D, KL) tensor, has its column k on lane bits 0 .. log2(KL) - 1 and on nothing else
+    (blocked, linear or slice layouts; a layout the check cannot read is a problem)."""
+    if KL == 1:
+        return None
+    aliases = dict(_ALIAS.findall(ttgir))
+    found = _SHFL.findall(ttgir)
+    if not found:
+        return "no shfl.sync.idx in the TTGIR"
+    bits = KL.bit_length() - 1
+    for _rows, cols, enc in set(found):
+        try:
+            b = _bases(enc, aliases)
+        except (KeyError, ValueError, AttributeError):
+            return f"a shuffle operand has a layout the check cannot read: {enc}"
+        low = b["lane"][:bits]
+        rest = b["lane"][bits:] + b["register"] + b["warp"]
+        if int(cols) != KL or low != [(0, 1 << i) for i in range(bits)] or any(v[1] for v in rest):
+            return (
+                f"a shuffle operand ({cols} columns, KL = {KL}) has layout {aliases.get(enc, enc)}"
+            )
+    return None
+
+
+class LaneLayoutError(RuntimeError):
+    """The compiler laid the lane kernel out differently from what its shuffles assume."""
+
+
+def check_lane_layout(KL: int) -> Any:
+    """A ``launcher`` check: raise ``LaneLayoutError`` on ``lane_layout_problem``."""
+
+    def check(compiled: Any) -> None:
+        problem = lane_layout_problem(compiled.asm["ttgir"], KL)
+        if problem is not None:
+            raise LaneLayoutError(
+                f"ssmscan's lane forward kernel compiled (Triton {triton.__version__}) to a layout "
+                f"its lane shuffles cannot use: {problem}"
+            )
+
+    return check
+
+
+def lane_geometry(NP: int) -> tuple[int, int]:
+    """(KL, TPL) of Note [selective scan forward lanes]: NP / 4 lanes per channel up to 8, tiles
+    of min(NP, 8) steps."""
+    kl = max(1, min(NP // 4, 8))
+    tt = min(NP, 8)
+    return kl, tt // kl

@@ -1,0 +1,106 @@
+"""Compile the lane forward kernel (Note [selective scan forward lanes]) for sm_90 (no GPU
+needed) and check the layout of every tensor its ``shfl.sync.idx`` broadcasts read
+(``triton_fwd_lane.lane_layout_problem``), over the specializations the launcher can produce:
+every dtype, each lane geometry (NP 8, 16, 32), L and pointers with and without 16-divisibility,
+the local pass of a split L, grouped B / C. Run as a script by ``test_triton_fwd_lane.py``, in a
+process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
+wrong or if the negative control (NP = 64 in bf16, which the launcher does not send to this
+kernel) passes."""
+
+from __future__ import annotations
+
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from ssmscan.ops.selective_scan import triton_fwd, triton_fwd_lane
+from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
+
+IO = {"u", "delta", "z", "out"}
+
+
+def compile_ttgir(dtype: str, NP: int, L: int, aligned: bool, local: bool, G: int) -> str:
+    kernel = triton_fwd_lane._selective_scan_fwd_lane_kernel
+    KL, TPL = triton_fwd_lane.lane_geometry(NP)
+    dim = 256
+    block_d, warps = triton_fwd.fwd_block_channels(1, dim, G, NP, KL)
+    values: dict[str, object] = {n: (f"*{dtype}" if n in IO else "*fp32") for n in kernel.arg_names}
+    values.update(
+        dim=dim,
+        L=L,
+        LP=(triton.cdiv(L, KL * TPL) + 1) * KL * TPL,
+        N=NP,
+        G=G,
+        NCK=num_checkpoints(L),
+        SEG=3,
+        SOFTPLUS=True,
+        NP=NP,
+        CK=CHECKPOINT_LEN,
+        BLOCK_D=block_d,
+        KL=KL,
+        TPL=TPL,
+        HAS_D=True,
+        HAS_Z=True,
+        HAS_BIAS=True,
+        HAS_INIT=False,
+        LOCAL=local,
+        SPLIT=True,
+    )
+    sig, const, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        v = values[name]
+        if isinstance(v, str):
+            sig[name] = v
+            if aligned or name not in IO:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, bool) or i in kernel.constexprs:
+            sig[name] = "constexpr"
+            const[name] = v
+        elif v == 1:  # Triton specializes an int equal to 1 as a constant
+            sig[name] = "constexpr"
+            const[name] = 1
+        else:
+            sig[name] = "i32"
+            if v % 16 == 0:  # ... and marks one divisible by 16
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
+    target = GPUTarget("cuda", 90, 32)
+    return triton.compile(src, target=target, options={"num_warps": warps}).asm["ttgir"]
+
+
+# (dtype, NP, L, aligned tensors, LOCAL, G)
+CONFIGS = [
+    ("fp32", 16, 2048, True, False, 1),
+    ("bf16", 16, 2048, True, False, 1),
+    ("fp16", 16, 2048, True, True, 1),
+    ("fp32", 16, 2047, True, False, 1),
+    ("bf16", 16, 2047, False, False, 1),
+    ("fp32", 16, 2048, False, True, 1),
+    ("bf16", 16, 2048, True, False, 2),
+    ("fp32", 8, 63, True, False, 1),
+    ("bf16", 8, 2048, False, False, 1),
+    ("fp32", 32, 1000, True, False, 1),
+    ("bf16", 32, 1001, False, True, 1),
+]
+
+
+def main() -> int:
+    bad = 0
+    for cfg in CONFIGS:
+        KL, _ = triton_fwd_lane.lane_geometry(cfg[1])
+        problem = triton_fwd_lane.lane_layout_problem(compile_ttgir(*cfg), KL)
+        print(cfg, "ok" if problem is None else problem, flush=True)
+        bad += problem is not None
+    KL, _ = triton_fwd_lane.lane_geometry(64)
+    if (
+        triton_fwd_lane.lane_layout_problem(compile_ttgir("bf16", 64, 1000, True, False, 1), KL)
+        is None
+    ):
+        print("negative control (NP = 64, bf16) passed: the check is blind", flush=True)
+        bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The lane forward's layout check (Note [selective scan forward lanes]): the TTGIR reader on
+hand-written layouts, the real kernel compiled for sm_90 without a GPU (``lane_layout_check.py``,
+in a process without TRITON_INTERPRET), and the launcher's fallback to the 2-D kernel when the
+check fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from ssmscan.ops.selective_scan import triton_fwd
+from ssmscan.ops.selective_scan.triton_fwd_lane import (
+    LaneLayoutError,
+    lane_geometry,
+    lane_layout_problem,
+)
+
+_OP = (
+    '%r = tt.elementwise_inline_asm "shfl.sync.idx.b32 $0, $1, $2, $3, -1;" {constraints = '
+    '"=r,r,r,r", packed_element = 1 : i32, pure = true} %vi, %a, %b : tensor<32x4xi32, {enc}>, '
+    "tensor<32x4xi32, {enc}> -> tensor<32x4xi32, {enc}>"
+)
+
+
+def _ttgir(defs: str, enc: str) -> str:
+    return defs + "\nmodule {\n  " + _OP.replace("{enc}", enc) + "\n}\n"
+
+
+GOOD = "#blocked = #ttg.blocked<{sizePerThread = [1, 1], threadsPerWarp = [8, 4], warpsPerCTA = [4, 1], order = [1, 0]}>"
+# the channels on the lanes (what 3-D offsets give): k on the warps
+CHANNELS = "#blocked = #ttg.blocked<{sizePerThread = [1, 1], threadsPerWarp = [32, 1], warpsPerCTA = [1, 4], order = [0, 1]}>"
+PARENT = "#blocked = #ttg.blocked<{sizePerThread = [1, 1, 4], threadsPerWarp = [8, 4, 1], warpsPerCTA = [4, 1, 1], order = [2, 1, 0]}>"
+# lane bit 0 on the sliced dimension: the 4 columns on lane bits 1-2 (NP = 64 in bf16)
+PARENT_REPL = "#blocked = #ttg.blocked<{sizePerThread = [1, 1, 4], threadsPerWarp = [4, 4, 2], warpsPerCTA = [4, 1, 1], order = [2, 1, 0]}>"
+SLICE = "#ttg.slice<{dim = 2, parent = #blocked}>"
+LINEAR = "#linear = #ttg.linear<{register = [], lane = [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]], warp = [[8, 0], [16, 0]], block = []}>"
+LINEAR_SWAP = "#linear = #ttg.linear<{register = [], lane = [[0, 2], [0, 1], [1, 0], [2, 0], [4, 0]], warp = [[8, 0], [16, 0]], block = []}>"
+LINEAR_REG = "#linear = #ttg.linear<{register = [[0, 1]], lane = [[0, 2], [1, 0], [2, 0], [4, 0], [8, 0]], warp = [[16, 0]], block = []}>"
+
+
+@pytest.mark.parametrize(
+    "defs,enc,ok",
+    [
+        pytest.param(GOOD, "#blocked", True, id="blocked"),
+        pytest.param(CHANNELS, "#blocked", False, id="blocked-channels-on-lanes"),
+        pytest.param(PARENT, SLICE, True, id="slice"),
+        pytest.param(PARENT_REPL, SLICE, False, id="slice-replicated-lane-bit"),
+        pytest.param(LINEAR, "#linear", True, id="linear"),
+        pytest.param(LINEAR_SWAP, "#linear", False, id="linear-lane-bits-swapped"),
+        pytest.param(LINEAR_REG, "#linear", False, id="linear-column-in-registers"),
+        pytest.param("", "#blocked", False, id="undefined-alias"),
+    ],
+)
+def test_lane_layout_problem(defs, enc, ok):
+    problem = lane_layout_problem(_ttgir(defs, enc), 4)
+    assert (problem is None) == ok, problem
+
+
+def test_lane_layout_problem_without_shuffles():
+    assert lane_layout_problem(GOOD + "\nmodule {}\n", 4) == "no shfl.sync.idx in the TTGIR"
+    assert lane_layout_problem(GOOD + "\nmodule {}\n", 1) is None  # one lane a channel: none
+
+
+def test_lane_layout_problem_wrong_width():
+    assert lane_layout_problem(_ttgir(GOOD, "#blocked"), 8) is not None
+
+
+def test_lane_geometry():
+    assert [lane_geometry(n) for n in (4, 8, 16, 32)] == [(1, 4), (2, 4), (4, 2), (8, 1)]
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_lane_forward_shuffle_layouts():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "lane_layout_check.py")
+    res = subprocess.run(
+        [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.stdout.count(" ok") == 11, res.stdout
+
+
+def test_launch_falls_back_to_the_2d_kernel(monkeypatch):
+    """A lane kernel that fails its layout check (raised before its first launch) sends this call
+    and every later one to the 2-D kernel, with a warning."""
+    calls = []
+
+    def fake_launch(*args):
+        calls.append(triton_fwd.FWD_VARIANT)
+        if triton_fwd.FWD_VARIANT == "lane":
+            raise LaneLayoutError("laid out differently")
+
+    monkeypatch.setattr(triton_fwd, "_launch", fake_launch)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    x = torch.zeros(1, 1, 1)
+    with pytest.warns(UserWarning, match="laid out differently; using the 2-D forward kernel"):
+        triton_fwd.launch(*([x] * 9), True, x, x, x)
+    assert calls == ["lane", "tile"]
+    triton_fwd.launch(*([x] * 9), True, x, x, x)
+    assert calls == ["lane", "tile", "tile"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
+    """The eager launcher's check (every kernel it compiles) accepts what the GPU's Triton made of
+    the lane kernel at each geometry, aligned and odd L: no fallback, no warning."""
+    from ssmscan.ops.selective_scan import shapes, triton_fwd_lane
+    from ssmscan.testing import make_selective_scan_inputs
+
+    assert triton_fwd.FWD_VARIANT == "lane"
+    seen = []
+    real = triton_fwd_lane.check_lane_layout
+
+    def counting(KL):
+        check = real(KL)
+
+        def wrapped(compiled):
+            seen.append(KL)
+            check(compiled)
+
+        return wrapped
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(triton_fwd, "check_lane_layout", counting)
+    try:
+        for N, L in ((8, 63), (16, 2048), (16, 1001), (32, 512)):
+            kw = make_selective_scan_inputs(1, 64, L, N, dtype=dtype, device="cuda")
+            outs = shapes.empty_forward_outputs(kw["u"], kw["A"])
+            triton_fwd.launch(
+                kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"],
+                kw["delta_bias"], None, True, *outs,
+            )  # fmt: skip
+    finally:
+        mp.undo()
+    torch.cuda.synchronize()
+    assert triton_fwd.FWD_VARIANT == "lane"
+    assert not [w for w in recwarn if "lane" in str(w.message)]
+    assert sorted(set(seen)) == [2, 4, 8], seen
