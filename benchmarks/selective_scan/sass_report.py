@@ -183,7 +183,9 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
 def states_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int]:
     """Arguments of the split backward's states kernel as ``triton_bwd.launch`` passes them."""
     NP = triton_common.pad_states(N)
-    block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP)
+    kl, tpl = triton_fwd.lane_geometry(NP)
+    lane = triton_fwd.FWD_VARIANT == "lane"
+    block_d, warps = triton_fwd.fwd_block_channels(batch, dim, 1, NP, kl if lane else None)
     v = dict(
         u=f"*{dt}",
         delta=f"*{dt}",
@@ -192,6 +194,9 @@ def states_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, 
         delta_bias="*fp32",
         ckpt="*fp32",
         tstates="*fp32",
+        LP=triton_fwd.padded_steps(L, kl * tpl),
+        KL=kl,
+        TPL=tpl,
         dim=dim,
         L=L,
         G=1,
@@ -293,7 +298,7 @@ def main() -> None:
     ap.add_argument("--bwd", action="store_true", help="the backward main kernel instead")
     ap.add_argument("--fwd-variant", default=triton_fwd.FWD_VARIANT, help="triton_fwd.FWD_VARIANT")
     a = ap.parse_args()
-    triton_fwd.FWD_VARIANT = a.fwd_variant
+    triton_fwd.FWD_VARIANT = a.fwd_variant  # also the split backward's states kernel
     if a.bwd:
         bwd_main(a)
         return
@@ -343,7 +348,9 @@ def bwd_main(a) -> None:
                 if var == "split":  # the chunk pass is its own kernel
                     sv, sw = states_values(*shape, DTYPES[dt])
                     meta, sass = sass_of(
-                        triton_bwd_split._selective_scan_bwd_states_kernel,
+                        triton_bwd._selective_scan_bwd_lane_states_kernel
+                        if triton_fwd.FWD_VARIANT == "lane"
+                        else triton_bwd_split._selective_scan_bwd_states_kernel,
                         sv,
                         sw,
                         a.dump,

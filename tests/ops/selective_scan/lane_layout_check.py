@@ -2,7 +2,7 @@
 needed) and check the layout of every tensor its ``shfl.sync.idx`` broadcasts read
 (``triton_fwd_lane.lane_layout_problem``), over the specializations the launcher can produce:
 every dtype, each lane geometry (NP 8, 16, 32), L and pointers with and without 16-divisibility,
-the local pass of a split L, grouped B / C. Run as a script by ``test_triton_fwd_lane.py``, in a
+the local pass of a split L, grouped B / C; and the split backward's lane states kernel. Run as a script by ``test_triton_fwd_lane.py``, in a
 process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
 wrong or if the negative control (NP = 64 in bf16, which the launcher does not send to this
 kernel) passes."""
@@ -20,8 +20,15 @@ from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 IO = {"u", "delta", "z", "out"}
 
 
-def compile_ttgir(dtype: str, NP: int, L: int, aligned: bool, local: bool, G: int) -> str:
-    kernel = triton_fwd_lane._selective_scan_fwd_lane_kernel
+def compile_ttgir(
+    dtype: str, NP: int, L: int, aligned: bool, local: bool, G: int, states: bool = False
+) -> str:
+    """TTGIR of the lane forward kernel (``states``: the split backward's lane states kernel)."""
+    kernel = (
+        triton_fwd_lane._selective_scan_bwd_lane_states_kernel
+        if states
+        else triton_fwd_lane._selective_scan_fwd_lane_kernel
+    )
     KL, TPL = triton_fwd_lane.lane_geometry(NP)
     dim = 256
     block_d, warps = triton_fwd.fwd_block_channels(1, dim, G, NP, KL)
@@ -29,7 +36,7 @@ def compile_ttgir(dtype: str, NP: int, L: int, aligned: bool, local: bool, G: in
     values.update(
         dim=dim,
         L=L,
-        LP=(triton.cdiv(L, KL * TPL) + 1) * KL * TPL,
+        LP=triton_fwd_lane.padded_steps(L, KL * TPL),
         N=NP,
         G=G,
         NCK=num_checkpoints(L),
@@ -49,7 +56,7 @@ def compile_ttgir(dtype: str, NP: int, L: int, aligned: bool, local: bool, G: in
     )
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):
-        v = values[name]
+        v = values[name]  # (the states kernel takes a subset)
         if isinstance(v, str):
             sig[name] = v
             if aligned or name not in IO:
@@ -69,8 +76,10 @@ def compile_ttgir(dtype: str, NP: int, L: int, aligned: bool, local: bool, G: in
     return triton.compile(src, target=target, options={"num_warps": warps}).asm["ttgir"]
 
 
-# (dtype, NP, L, aligned tensors, LOCAL, G)
+# (dtype, NP, L, aligned tensors, LOCAL, G[, the states kernel])
 CONFIGS = [
+    ("fp32", 16, 2048, True, True, 1, True),
+    ("bf16", 16, 1000, False, True, 1, True),
     ("fp32", 16, 2048, True, False, 1),
     ("bf16", 16, 2048, True, False, 1),
     ("fp16", 16, 2048, True, True, 1),

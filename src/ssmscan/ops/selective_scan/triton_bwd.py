@@ -60,6 +60,7 @@ scratch (batch x dim x L x NP / 4 floats written and read once).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import triton
@@ -82,6 +83,13 @@ from ssmscan.ops.selective_scan.triton_common import (
     segments,
 )
 from ssmscan.ops.selective_scan.triton_fwd import _col
+from ssmscan.ops.selective_scan.triton_fwd_lane import (
+    LaneLayoutError,
+    _selective_scan_bwd_lane_states_kernel,
+    check_lane_layout,
+    lane_geometry,
+    padded_steps,
+)
 
 LN2 = math.log(2.0)
 
@@ -753,29 +761,34 @@ def launch(
             ck = torch.nn.functional.pad(ck, (0, NP - N))
         # every tile's start state, all chunks at once (Note [selective scan backward split])
         tstates = torch.empty((batch, dim, triton.cdiv(L, TT), NP), dtype=f32, device=dev)
-        sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP)
-        launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
-            (triton.cdiv(dim, sbd), batch, NCK - 1)
-        ](
-            u_c,
-            delta_c,
-            A2_main,
-            Bt,
-            bias_c,
-            ck,
-            tstates,
-            dim,
-            L,
-            G,
-            NCK,
+        states_args = (u_c, delta_c, A2_main, Bt, bias_c, ck, tstates, dim, L, G, NCK)
+        states_consts = dict(
             SOFTPLUS=delta_softplus,
             NP=NP,
             CK=CHECKPOINT_LEN,
-            BLOCK_D=sbd,
             HAS_BIAS=delta_bias is not None,
-            TT=TT,
-            num_warps=sw,
         )
+        KL, TPL = lane_geometry(NP)
+        lane = triton_fwd.FWD_VARIANT == "lane" and KL * TPL == TT
+        if lane:  # the lane forward's tiles (Note [selective scan forward lanes])
+            LP = padded_steps(L, TT)
+            sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
+            grid = (triton.cdiv(dim, sbd), batch, NCK - 1)
+            kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
+            args = list(states_args)
+            args[3] = prep_BC(B, batch, NP, LP)
+            args.insert(9, LP)
+            try:
+                kernel[grid](*args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, num_warps=sw)
+            except LaneLayoutError as e:  # checked before its first launch: nothing written
+                triton_fwd.FWD_VARIANT = "tile"
+                warnings.warn(f"{e}; using the 2-D forward kernels from now on", stacklevel=2)
+                lane = False
+        if not lane:
+            sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP)
+            launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
+                (triton.cdiv(dim, sbd), batch, NCK - 1)
+            ](*states_args, **states_consts, BLOCK_D=sbd, TT=TT, num_warps=sw)
         states: tuple[torch.Tensor | None, ...] = (tstates, seg_adj_main)
         kernel = triton_bwd_split._selective_scan_bwd_split_kernel
         extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)

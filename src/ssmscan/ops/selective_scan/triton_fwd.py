@@ -66,6 +66,7 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _selective_scan_fwd_lane_kernel,
     check_lane_layout,
     lane_geometry,
+    padded_steps,
 )
 
 
@@ -401,7 +402,7 @@ def _launch(
     assert out.shape == (batch, dim, L) and last_state.shape == (batch, dim, N)
     block_d, warps = fwd_block_channels(batch, dim, G, NP, KL if lane else None)
     # B / C time-padded for the lane kernel, one more tile for its prefetch
-    LP = (triton.cdiv(L, TT) + 1) * TT if lane else L
+    LP = padded_steps(L, TT) if lane else L
     nblk = triton.cdiv(dim, block_d)
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     f32 = torch.float32

@@ -409,6 +409,92 @@ def check_lane_layout(KL: int) -> Any:
     return check
 
 
+@triton.jit
+def _selective_scan_bwd_lane_states_kernel(
+    u,  # (batch, dim, L)
+    delta,  # (batch, dim, L)
+    A2,  # (dim, NP) fp32, A * log2(e)
+    Bt,  # (batch, G, LP, NP) fp32, time-padded as the lane forward's
+    delta_bias,  # (dim,) fp32 or None
+    ckpt,  # (batch, dim, NCK, NP) fp32: the forward's checkpoints
+    tstates,  # (batch, dim, cdiv(L, KL * TPL), NP) fp32 out: the state before every tile
+    dim,  # channels
+    L,  # sequence length
+    LP,  # steps of Bt
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """The split backward's states kernel (Note [selective scan backward split] in
+    ``triton_bwd_split``) on the lane forward's tiles (LOCAL: no outputs): one program per
+    (channel block, batch, chunk) walks the chunk from its checkpoint and writes the state before
+    each of its tiles."""
+    SPT: tl.constexpr = NP // KL
+    TT: tl.constexpr = KL * TPL
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    c = tl.program_id(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    m_dn = m_d[:, None]
+    o_k = tl.arange(0, KL)
+    o_n = tl.arange(0, NP)
+    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]
+    S3: tl.constexpr = (BLOCK_D, KL, SPT)
+    b_A2 = tl.reshape(tl.load(A2 + o_d[:, None] * NP + o_n[None, :], mask=m_dn, other=0.0), S3)
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    p_B = Bt + (i_b * G + grp) * LP * NP + o_n
+    ch = (i_b * dim + o_d.to(tl.int64))[:, None]
+    p_h = ckpt + ch * (NCK * NP) + c * NP + o_n[None, :]
+    h = tl.reshape(tl.load(p_h, mask=m_dn, other=0.0), S3)
+    p_ts = tstates + ch * (tl.cdiv(L, TT) * NP) + o_n[None, :]
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # unused (the tile's LOCAL output)
+    t_beg = c * CK
+    t_end = tl.minimum(t_beg + CK, L)
+    nxt = _lane_loads(u, delta, u, p_B, p_B, row, m_d, t_beg, t_end, NP, KL, TPL, False, True)
+    for t0 in range(t_beg, t_end, TT):
+        t0 = tl.multiple_of(t0, TT)
+        tl.store(p_ts + (t0 // TT) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
+        ins = nxt
+        nxt = _lane_loads(u, delta, u, p_B, p_B, row, m_d, t0 + TT, t_end, NP, KL, TPL, False, True)
+        h, dt_sum = _fwd_tile_lane(
+            h,
+            ins,
+            b_A2,
+            u,  # out: not written (LOCAL)
+            b_bias,
+            None,
+            row,
+            m_d,
+            o_k,
+            o_j,
+            t0,
+            t_end,
+            dt_sum,
+            SOFTPLUS,
+            KL,
+            TPL,
+            False,
+            False,
+            HAS_BIAS,
+            True,
+        )
+
+
+def padded_steps(L: int, TT: int) -> int:
+    """LP: the steps of the lane kernels' B / C copies, whole tiles and one more for the
+    prefetch, rounded up to a multiple of 16 (so that Triton knows LP * NP's alignment)."""
+    return triton.cdiv((triton.cdiv(L, TT) + 1) * TT, 16) * 16
+
+
 def lane_geometry(NP: int) -> tuple[int, int]:
     """(KL, TPL) of Note [selective scan forward lanes]: NP / 4 lanes per channel up to 8, tiles
     of min(NP, 8) steps."""
