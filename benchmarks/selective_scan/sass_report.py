@@ -111,7 +111,8 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         LOCAL=local,
     )
     if lane:  # the lane kernel's signature (``triton_fwd_lane``)
-        v.update(LP=L, KL=kl, TPL=tpl)
+        v.update(LP=triton_fwd.padded_steps(L, kl * tpl), KL=kl, TPL=tpl, A_RAW=True, HAS_LAST=True)
+        v["last"] = "*fp32"
         v["TT"] = kl * tpl
     else:
         v["TT"] = triton_fwd.steps_per_tile(NP)

@@ -53,6 +53,8 @@ def compile_ttgir(
         HAS_INIT=False,
         LOCAL=local,
         SPLIT=True,
+        A_RAW=True,
+        HAS_LAST=True,
     )
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(kernel.arg_names):

@@ -129,8 +129,12 @@ def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
 
         return wrapped
 
+    from ssmscan.ops.common import triton_launch
+
     mp = pytest.MonkeyPatch()
     mp.setattr(triton_fwd, "check_lane_layout", counting)
+    # a fresh eager launch cache, so that every specialization below is a miss (and checked)
+    mp.setattr(triton_launch, "_PARAMS", {})
     try:
         for N, L in ((8, 63), (16, 2048), (16, 1001), (32, 512)):
             kw = make_selective_scan_inputs(1, 64, L, N, dtype=dtype, device="cuda")

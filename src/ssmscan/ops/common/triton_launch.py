@@ -163,9 +163,17 @@ class _Launcher:
         return call
 
 
+_LAUNCHERS: dict[tuple[int, Any], _Launcher] = {}
+
+
 def launcher(kernel: Any, check: Callable[[Any], None] | None = None) -> _Launcher:
     """``launcher(kernel)[grid](*args, **kwargs)``: ``wrap_triton`` with ``None`` tensors replaced
     by a placeholder (Note [no None pointers]), eager launches through a cache of compiled
     kernels (Note [eager launch cache]). ``check(compiled)``, if given, sees every kernel an eager
-    CUDA launch compiles before its first launch (and may raise)."""
-    return _Launcher(kernel, check)
+    CUDA launch compiles before its first launch (and may raise). One launcher per (module-level
+    kernel, check), made on first use."""
+    key = (id(kernel), check)
+    made = _LAUNCHERS.get(key)
+    if made is None:
+        made = _LAUNCHERS[key] = _Launcher(kernel, check)
+    return made

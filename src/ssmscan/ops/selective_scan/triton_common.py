@@ -216,17 +216,24 @@ def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
     return a2.contiguous()
 
 
-def prep_BC(X: torch.Tensor, batch: int, NP: int, steps: int | None = None) -> torch.Tensor:
+def prep_BC(
+    X: torch.Tensor, batch: int, NP: int, steps: int | None = None, tile: int = 1
+) -> torch.Tensor:
     """B or C, (batch, N, L) or (batch, G, N, L) -> (batch, G, steps, NP) fp32 (steps >= L,
-    default L), zero-padded states and steps (one copy kernel, cast and transpose together)."""
+    default L), zero-padded states; of the padded steps only those up to a multiple of ``tile``
+    are zeroed (the lane forward's last tile computes them; the rest only feed its prefetch and
+    are never used). One copy kernel (cast and transpose together), one more for a zero pad."""
     if X.dim() == 3:
         X = X.unsqueeze(1)
     _b, G, N, L = X.shape
     steps = L if steps is None else steps
     shape = (batch, G, steps, NP)
-    if NP == N and steps == L:
+    if NP == N:
         xt = torch.empty(shape, dtype=torch.float32, device=X.device)
-        xt.copy_(X.transpose(2, 3))
+        xt[:, :, :L].copy_(X.transpose(2, 3))
+        pad = min(-(-L // tile) * tile, steps)
+        if pad > L:
+            xt[:, :, L:pad].zero_()
     else:
         xt = torch.zeros(shape, dtype=torch.float32, device=X.device)
         xt[:, :, :L, :N].copy_(X.transpose(2, 3))

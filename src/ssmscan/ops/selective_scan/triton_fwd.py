@@ -271,6 +271,7 @@ def _selective_scan_fwd_carry_kernel(
     NP: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HAS_INIT: tl.constexpr,
+    A_RAW: tl.constexpr = False,  # A2 is A: scaled by log2(e) here
 ):
     """Pass 2 of Note [selective scan segments]: h_{s+1} = exp(A * sum dt_s) h_s + local_s."""
     i_d = tl.program_id(0)
@@ -280,6 +281,8 @@ def _selective_scan_fwd_carry_kernel(
     o_n = tl.arange(0, NP)
     o_dn = o_d[:, None] * NP + o_n[None, :]
     b_A2 = tl.load(A2 + o_dn, mask=m_d[:, None], other=0.0)
+    if A_RAW:
+        b_A2 = b_A2 * 1.4426950408889634
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
     if HAS_INIT:
         h = tl.load(init + i_b * dim * NP + o_dn, mask=m_d[:, None], other=0.0)
@@ -416,12 +419,15 @@ def _launch(
     if initial_state is not None:
         init_t = torch.zeros((batch, dim, NP), dtype=f32, device=dev)
         init_t[:, :, :N].copy_(initial_state)
+    # the lane kernel scales A itself where it can read it as it is (fewer small ops: the host
+    # time of batch-1 calls)
+    a_raw = lane and direct and A.dtype == f32 and A.is_contiguous()
     args = dict(
         u=u.contiguous(),
         delta=delta.contiguous(),
-        A2=prep_A(A, NP),
-        Bt=prep_BC(B, batch, NP, LP),
-        Ct=prep_BC(C, batch, NP, LP),
+        A2=A if a_raw else prep_A(A, NP),
+        Bt=prep_BC(B, batch, NP, LP, TT),
+        Ct=prep_BC(C, batch, NP, LP, TT),
         Dv=D.to(f32).contiguous() if D is not None else None,
         z=z.contiguous() if z is not None else None,
         delta_bias=delta_bias.to(f32).contiguous() if delta_bias is not None else None,
@@ -443,11 +449,12 @@ def _launch(
     )
     if lane:
         args["LP"] = LP
-        consts.update(KL=KL, TPL=TPL)
+        consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct)
         kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL))
     else:
         consts["TT"] = TT
         kernel = launcher(_selective_scan_fwd_kernel)
+    last = {"last": None} if lane else {}
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
         seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
@@ -456,6 +463,7 @@ def _launch(
             **args,
             seg_state=seg_state,
             seg_dt=seg_dt,
+            **last,
             dim=dim,
             L=L,
             N=N,
@@ -478,12 +486,16 @@ def _launch(
             NP=NP,
             BLOCK_D=block_d,
             HAS_INIT=initial_state is not None,
+            A_RAW=lane and a_raw,
             num_warps=warps,
         )
+    if lane:
+        last["last"] = last_state if direct else None
     kernel[(nblk, batch, nseg)](
         **args,
         seg_state=None,
         seg_dt=None,
+        **last,
         dim=dim,
         L=L,
         N=N,
@@ -495,4 +507,5 @@ def _launch(
     )
     if not direct:
         checkpoints.copy_(ckt[..., :N])
-    last_state.copy_(checkpoints[:, :, -1])
+    if not (lane and direct):  # the lane kernel wrote it
+        last_state.copy_(checkpoints[:, :, -1])

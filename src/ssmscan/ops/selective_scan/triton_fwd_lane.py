@@ -41,6 +41,7 @@ float64 over the test grid; under the interpreter (no inline PTX) the broadcast 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -199,7 +200,7 @@ def _fwd_tile_lane(
 def _selective_scan_fwd_lane_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
-    A2,  # (dim, NP) fp32, A * log2(e), zero-padded states
+    A2,  # (dim, NP) fp32, A * log2(e), zero-padded states; A itself if A_RAW
     Bt,  # (batch, G, LP, NP) fp32, B time-major, zero-padded states and steps
     Ct,  # (batch, G, LP, NP) fp32, C time-major, zero-padded states and steps
     Dv,  # (dim,) fp32 skip weight, or None
@@ -210,6 +211,7 @@ def _selective_scan_fwd_lane_kernel(
     ckpt,  # (batch, dim, NCK, NP) fp32: state before each chunk, last entry the final state
     seg_state,  # (batch, NSEG, dim, NP) fp32 LOCAL: segment end state from zero, or None
     seg_dt,  # (batch, NSEG, dim) fp32 LOCAL: sum of dt over the segment, or None
+    last,  # (batch, dim, NP) fp32 out: the final state, or None
     dim,  # channels
     L,  # sequence length
     LP,  # steps of Bt / Ct: L rounded up to a multiple of TT = KL * TPL, plus TT
@@ -229,6 +231,8 @@ def _selective_scan_fwd_lane_kernel(
     HAS_INIT: tl.constexpr,
     LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
     SPLIT: tl.constexpr,  # several segments (program axis 2)
+    A_RAW: tl.constexpr,  # A2 is A: scaled by log2(e) here (the same fp32 product)
+    HAS_LAST: tl.constexpr,  # also write the final state to ``last``
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -249,6 +253,8 @@ def _selective_scan_fwd_lane_kernel(
     o_dn = o_d[:, None] * NP + o_n[None, :]  # (BLOCK_D, NP) in a (dim, NP) buffer
 
     b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
+    if A_RAW:
+        b_A2 = b_A2 * 1.4426950408889634
     b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
     b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
 
@@ -318,6 +324,8 @@ def _selective_scan_fwd_lane_kernel(
         tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
     elif c1 == NC:
         tl.store(p_ck + NC * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)  # the final entry
+        if HAS_LAST:
+            tl.store(last + i_b * dim * NP + o_dn, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
 
 
 _SHFL = re.compile(
@@ -395,8 +403,10 @@ class LaneLayoutError(RuntimeError):
     """The compiler laid the lane kernel out differently from what its shuffles assume."""
 
 
+@functools.cache
 def check_lane_layout(KL: int) -> Any:
-    """A ``launcher`` check: raise ``LaneLayoutError`` on ``lane_layout_problem``."""
+    """A ``launcher`` check: raise ``LaneLayoutError`` on ``lane_layout_problem`` (one per KL, so
+    that ``launcher`` keeps one launcher per kernel and KL)."""
 
     def check(compiled: Any) -> None:
         problem = lane_layout_problem(compiled.asm["ttgir"], KL)
