@@ -113,7 +113,8 @@ def test_launch_falls_back_to_the_2d_kernel(monkeypatch):
 def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
     """The eager launcher's check (every kernel it compiles) accepts what the GPU's Triton made of
     the lane kernel at each geometry, aligned and odd L: no fallback, no warning."""
-    from ssmscan.ops.selective_scan import shapes, triton_fwd_lane
+    from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
+    from ssmscan.ops.selective_scan import triton_fwd_lane
     from ssmscan.testing import make_selective_scan_inputs
 
     assert triton_fwd.FWD_VARIANT == "lane"
@@ -138,10 +139,10 @@ def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
     try:
         for N, L in ((8, 63), (16, 2048), (16, 1001), (32, 512)):
             kw = make_selective_scan_inputs(1, 64, L, N, dtype=dtype, device="cuda")
-            outs = shapes.empty_forward_outputs(kw["u"], kw["A"])
-            triton_fwd.launch(
+            # through the op: its eager CUDA body is where the launcher checks what it compiles
+            torch.ops.ssmscan.selective_scan_fwd(
                 kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"],
-                kw["delta_bias"], None, True, *outs,
+                kw["delta_bias"], None, True,
             )  # fmt: skip
     finally:
         mp.undo()

@@ -499,10 +499,15 @@ def _selective_scan_bwd_lane_states_kernel(
         )
 
 
+# LP is rounded up to a multiple of this (16: Triton then knows LP's divisibility; a module
+# constant so that the benchmark can time 8, the tile)
+LP_ALIGN = 16
+
+
 def padded_steps(L: int, TT: int) -> int:
     """LP: the steps of the lane kernels' B / C copies, whole tiles and one more for the
-    prefetch, rounded up to a multiple of 16 (so that Triton knows LP * NP's alignment)."""
-    return triton.cdiv((triton.cdiv(L, TT) + 1) * TT, 16) * 16
+    prefetch, rounded up to a multiple of ``LP_ALIGN``."""
+    return triton.cdiv((triton.cdiv(L, TT) + 1) * TT, LP_ALIGN) * LP_ALIGN
 
 
 def lane_geometry(NP: int) -> tuple[int, int]:
