@@ -419,9 +419,11 @@ def _launch(
     if initial_state is not None:
         init_t = torch.zeros((batch, dim, NP), dtype=f32, device=dev)
         init_t[:, :, :N].copy_(initial_state)
-    # the lane kernel scales A itself where it can read it as it is (fewer small ops: the host
-    # time of batch-1 calls)
-    a_raw = lane and direct and A.dtype == f32 and A.is_contiguous()
+    # the lane kernel scales A itself where it can read it as it is (one small op fewer: the host
+    # time of batch-1 calls), but not for fp32 inputs: there ptxas then schedules the loop
+    # differently and it ran slower (H200, 2026-12-01: 0.73 vs 0.68 ms at (8, 4096, 2048, 16),
+    # 0.34 vs 0.31 at (16, 1536, 1024, 16); bf16 the same either way, 0.66 ms)
+    a_raw = lane and direct and u.dtype != f32 and A.dtype == f32 and A.is_contiguous()
     args = dict(
         u=u.contiguous(),
         delta=delta.contiguous(),
