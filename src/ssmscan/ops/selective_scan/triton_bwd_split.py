@@ -22,6 +22,14 @@ registers per channel.
   chunks: H200, 2026-12-01, whole fwd+bwd 5.59 -> 4.86 ms fp32 and 4.88 -> 4.48 ms bf16 at
   (8, 4096, 2048, 16), 2.21 -> 1.93 / 1.97 -> 1.80 ms at (16, 1536, 1024, 16), together with the
   softplus without log of ``triton_common``.)
+* Since 2026-12-01 (sixth session) the states kernel runs on the lane forward's tiles
+  (``triton_fwd_lane._selective_scan_bwd_lane_states_kernel``, Note [selective scan forward
+  lanes]; the 2-D one here where that kernel fails its layout check): 43.8 -> 28.9 SASS
+  instructions per step, and forward+backward 4.46 -> 4.18 ms fp32 / 4.29 -> 3.91 bf16 at (8,
+  4096, 2048, 16) on the H200 (with the lane forward in both). The same shuffle broadcast in the
+  main kernel below (a reshape of its [1, 2] x [8, 4] tiles) made Triton re-lay out the whole
+  kernel (channels on lane bits 0-2: ``split_layout_check.py`` failed) and grew its loop from
+  151 to 171 instructions per step: not done.
 * Every B_t / C_t of a tile is loaded at the tile's start and shared by the recompute and the
   adjoint (the forward's lesson: loads in flight together).
 * dB_t / dC_t over the warp's 8 channels: ``_rs8``, a reduce-scatter by butterfly shuffles

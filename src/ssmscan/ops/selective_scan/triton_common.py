@@ -19,9 +19,12 @@ The launchers prepare, once per call:
 
 * ``A2`` (dim, NP) fp32 (forward, split backward) and its transpose ``A2t`` (NP, dim) (the
   tile backward kernels): ``A * log2(e)``,
-  zero-padded to NP states (a padded state has decay 1 and input 0, so it stays 0);
+  zero-padded to NP states (a padded state has decay 1 and input 0, so it stays 0); the lane
+  forward scales a contiguous fp32 A (dim, N = NP) itself for 16-bit inputs;
 * ``Bt``, ``Ct`` (batch, G, L, NP) fp32: B and C transposed time-major and padded (these are
-  ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads;
+  ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads. The
+  lane kernels (forward, split backward's states kernel) take them time-padded too, (batch, G,
+  LP, NP) (``triton_fwd_lane.padded_steps``);
 * copies of the checkpoints / initial state / dlast_state in the kernel's layout, transposed back
   at the end where it differs from the op's.
 
