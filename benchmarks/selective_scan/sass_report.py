@@ -125,7 +125,7 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
     variant's where ``triton_bwd_split.applies``)."""
     NP = triton_common.pad_states(N)
     NCK = num_checkpoints(L)
-    split = triton_bwd.BWD_VARIANT == "split"
+    split = triton_bwd.BWD_VARIANT in ("split", "lane")
     if split:
         block_d, warps = triton_bwd_split.SPLIT_BLOCK_D, 1
         nseg, seg = triton_common.segments(
@@ -175,6 +175,8 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
     if split:  # (dim, NP) A2 instead of (NP, dim) A2t; TT and EMU instead of RS; the tile states
         v = {("A2" if k == "A2t" else k): x for k, x in v.items() if k not in ("ckpt", "scratch")}
         v.update(tstates="*fp32", TT=triton_bwd_split.SPLIT_TT, EMU=False)
+        if triton_bwd.BWD_VARIANT == "lane":  # Note [selective scan backward lanes]
+            v.update(LP=triton_fwd.padded_steps(L, 8), KL=4, TPL=2)
         return v, warps, nseg
     kernel = triton_bwd.BWD_VARIANTS[triton_bwd.BWD_VARIANT]
     v.update(triton_bwd.variant_constexprs(kernel, True, block_d, warps))
@@ -343,10 +345,10 @@ def bwd_main(a) -> None:
                     f"regs={meta['regs']} stack={meta['stack']} local={meta['local']} smem={meta['shared']}"
                 )
                 print(f"  kernel: {fmt(count(instrs))}")
-                tt = triton_bwd_split.SPLIT_TT if var == "split" else 4
+                tt = triton_bwd_split.SPLIT_TT if var in ("split", "lane") else 4
                 for name, body in zip(("rev", "chunk"), loops(instrs)):
                     print(f"  {name} per step ({tt} steps/iter): {fmt(count(body), tt)}")
-                if var == "split":  # the chunk pass is its own kernel
+                if var in ("split", "lane"):  # the chunk pass is its own kernel
                     sv, sw = states_values(*shape, DTYPES[dt])
                     meta, sass = sass_of(
                         triton_bwd._selective_scan_bwd_lane_states_kernel

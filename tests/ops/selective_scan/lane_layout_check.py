@@ -14,7 +14,12 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 
-from ssmscan.ops.selective_scan import triton_fwd, triton_fwd_lane
+from ssmscan.ops.selective_scan import (
+    triton_bwd_lane,
+    triton_bwd_split,
+    triton_fwd,
+    triton_fwd_lane,
+)
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 
 IO = {"u", "delta", "z", "out"}
@@ -96,6 +101,71 @@ CONFIGS = [
 ]
 
 
+def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **ints: int) -> str:
+    """TTGIR of the lane backward main kernel (``lane``; else the split kernel, the butterfly
+    check's negative control) at the benchmark's specialization (L = 2048, aligned)."""
+    kernel = (
+        triton_bwd_lane._selective_scan_bwd_lane_kernel
+        if lane
+        else triton_bwd_split._selective_scan_bwd_split_kernel
+    )
+    io = {"dout", "u", "delta", "z", "du", "ddelta", "dz"}
+    values: dict[str, object] = {n: (f"*{dtype}" if n in io else "*fp32") for n in kernel.arg_names}
+    values.update(
+        dim=4096,
+        L=2048,
+        LP=triton_fwd_lane.padded_steps(2048, 8),
+        G=1,
+        NCK=9,
+        SEG=8,
+        SOFTPLUS=full,
+        NP=16,
+        CK=CHECKPOINT_LEN,
+        BLOCK_D=8,
+        KL=4,
+        TPL=2,
+        TT=8,
+        HAS_D=full,
+        HAS_Z=full,
+        HAS_BIAS=full,
+        HAS_DLAST=seg,
+        HAS_SEG=seg,
+        EMU=False,
+    )
+    values.update(ints)
+    sig, const, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        v = values[name]
+        if isinstance(v, str):
+            sig[name] = v
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, bool) or i in kernel.constexprs:
+            sig[name] = "constexpr"
+            const[name] = v
+        elif v == 1:
+            sig[name] = "constexpr"
+            const[name] = 1
+        else:
+            sig[name] = "i32"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
+    target = GPUTarget("cuda", 90, 32)
+    return triton.compile(src, target=target, options={"num_warps": 1}).asm["ttgir"]
+
+
+# the lane backward (dtype, real configuration, segments + dlast, ints): the split kernel's set
+BWD_CONFIGS = [
+    (dtype, full, seg, {}) for dtype in ("fp32", "bf16", "fp16") for full, seg in ((1, 0), (0, 1))
+] + [("fp32", True, True, dict(SEG=1)), ("bf16", True, False, dict(G=2, NCK=16, SEG=16))]
+
+
+def bwd_problem(ttgir: str) -> str | None:
+    return triton_fwd_lane.lane_layout_problem(ttgir, 4) or triton_bwd_lane.bfly_layout_problem(
+        ttgir
+    )
+
+
 def main() -> int:
     bad = 0
     for cfg in CONFIGS:
@@ -103,6 +173,25 @@ def main() -> int:
         problem = triton_fwd_lane.lane_layout_problem(compile_ttgir(*cfg), KL)
         print(cfg, "ok" if problem is None else problem, flush=True)
         bad += problem is not None
+    for dtype, full, seg, ints in BWD_CONFIGS:
+        problem = bwd_problem(compile_bwd_ttgir(dtype, bool(full), bool(seg), **ints))
+        print(
+            "bwd",
+            dtype,
+            f"full={bool(full)} seg={bool(seg)} {ints}",
+            "ok" if problem is None else problem,
+            flush=True,
+        )
+        bad += problem is not None
+    if (
+        triton_bwd_lane.bfly_layout_problem(compile_bwd_ttgir("fp32", True, False, lane=False))
+        is None
+    ):
+        print(
+            "negative control (the split kernel's butterflies) passed: the check is blind",
+            flush=True,
+        )
+        bad += 1
     KL, _ = triton_fwd_lane.lane_geometry(64)
     if (
         triton_fwd_lane.lane_layout_problem(compile_ttgir("bf16", 64, 1000, True, False, 1), KL)

@@ -282,17 +282,35 @@ SPLIT_CASES = [
 ]
 
 
-@pytest.fixture(params=["segments", "one-segment"])
+class _Applies(list):
+    """``applies`` results in order; ``variant``: the BWD_VARIANT the fixture set."""
+
+    variant = "split"
+
+
+@pytest.fixture(
+    params=[
+        ("split", "segments"),
+        ("split", "one-segment"),
+        ("lane", "segments"),
+        ("lane", "one-segment"),
+    ],
+    ids=lambda p: "-".join(p),
+)
 def split_backward(request, monkeypatch):
-    """BWD_VARIANT "split", with L in segments (the default at these sizes) and without; yields
-    the list of ``applies`` results, so a test can check that the split kernel really ran."""
+    """BWD_VARIANT "split" or "lane" (Note [selective scan backward lanes]: the split kernel's
+    path with the lane layout), with L in segments (the default at these sizes) and without;
+    yields the list of ``applies`` results, so a test can check that the split path really ran
+    (and ``.variant``: after a lane run, still "lane" unless its layout check fell back)."""
     from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common
 
-    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "split")
-    if request.param == "one-segment":
+    variant, segmenting = request.param
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", variant)
+    if segmenting == "one-segment":
         monkeypatch.setattr(triton_common, "TARGET_WARPS", 0)
         monkeypatch.setattr(triton_common, "FWD_TARGET_WARPS", 0)
-    seen = []
+    seen = _Applies()
+    seen.variant = variant
     real = triton_bwd_split.applies
 
     def spy(*a):
@@ -394,6 +412,9 @@ def test_triton_gpu_split_backward(batch, dim, L, N, groups, dtype, split_backwa
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
     assert split_backward == [L % 16 == 0]
+    from ssmscan.ops.selective_scan import triton_bwd
+
+    assert triton_bwd.BWD_VARIANT == split_backward.variant  # no layout-check fallback
 
 
 def _offset(t, k):

@@ -61,13 +61,14 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 from ssmscan.ops.common.triton_launch import launcher
-from ssmscan.ops.selective_scan import triton_bwd_split, triton_common, triton_fwd
+from ssmscan.ops.selective_scan import triton_bwd_lane, triton_bwd_split, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
@@ -570,6 +571,9 @@ BWD_VARIANTS = {
     # Note [selective scan backward split] (triton_bwd_split): where ``applies`` (16 states,
     # L % 16 == 0 on the GPU, ...), "tile_rs" otherwise
     "split": triton_bwd_split._selective_scan_bwd_split_kernel,
+    # Note [selective scan backward lanes] (triton_bwd_lane): the split kernel's path and
+    # conditions with the lane layout; not yet run on a GPU (not the default)
+    "lane": triton_bwd_lane._selective_scan_bwd_lane_kernel,
 }
 # H200, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md): 2026-11-30, tile_rs /
 # tile / column (the deleted previous kernel) = 6.69 / 10.23 / 9.74 at 8x4096x2048 fp32, 2.86 /
@@ -617,6 +621,7 @@ def launch(
 ) -> None:
     """Run the backward into the preallocated gradients (``shapes.empty_backward_outputs``);
     ``optional_grads`` holds dD, dz, ddelta_bias, dinitial_state for the optional inputs given."""
+    global BWD_VARIANT  # "lane" -> "split" when the lane kernel fails its layout check
     if u.dtype == torch.float64:
         # no float64 Triton path: the float64 C kernel on host copies (correct, not fast)
         from ssmscan.ops.selective_scan import cpu  # noqa: F401  (registers the op)
@@ -654,7 +659,9 @@ def launch(
     # the local / carry passes (segments) always run with the tile kernels' blocks
     block_d, warps = bwd_block_channels(batch, dim, G)
     nblk = triton.cdiv(dim, block_d)
-    split = BWD_VARIANT == "split" and triton_bwd_split.applies(
+    # the split kernel's path (states kernel, 8-channel warps), its main kernel the lane one for
+    # "lane" (Note [selective scan backward lanes])
+    split = BWD_VARIANT in ("split", "lane") and triton_bwd_split.applies(
         N,
         dim,
         G,
@@ -744,6 +751,9 @@ def launch(
     # the state-shaped buffers read / written once: (NP, dim) for the tile kernels, (dim, NP)
     # for the split kernel (Note [selective scan backward split])
     dlast_main, seg_adj_main = dlast_t, seg_adj
+    lane_main: tuple | None = (
+        None  # the lane main kernel's (kernel, B, C, (LP,), constexprs, check)
+    )
     state_shape: tuple[int, int] = (NP, dim)
     if split:
         block_d, warps = triton_bwd_split.SPLIT_BLOCK_D, 1
@@ -776,7 +786,7 @@ def launch(
             grid = (triton.cdiv(dim, sbd), batch, NCK - 1)
             kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
             args = list(states_args)
-            args[3] = prep_BC(B, batch, NP, LP)
+            args[3] = Bl = prep_BC(B, batch, NP, LP, TT)
             args.insert(9, LP)
             try:
                 kernel[grid](*args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, num_warps=sw)
@@ -792,6 +802,18 @@ def launch(
         states: tuple[torch.Tensor | None, ...] = (tstates, seg_adj_main)
         kernel = triton_bwd_split._selective_scan_bwd_split_kernel
         extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)
+        if BWD_VARIANT == "lane" and KL * TPL == TT:  # Note [selective scan backward lanes]
+            LP = padded_steps(L, TT)
+            if not lane:
+                Bl = prep_BC(B, batch, NP, LP, TT)
+            lane_main = (
+                triton_bwd_lane._selective_scan_bwd_lane_kernel,
+                Bl,
+                prep_BC(C, batch, NP, LP, TT),
+                (LP,),
+                dict(KL=KL, TPL=TPL, EMU=not u.is_cuda),
+                triton_bwd_lane.check_bwd_lane_layout(),
+            )
     else:
         assert A2t is not None  # prepared for the tile kernels above
         A2_main = A2t
@@ -800,7 +822,7 @@ def launch(
             seg_adj_main,
             torch.empty((batch, nseg, CHECKPOINT_LEN // 4, NP, dim), dtype=f32, device=dev),
         )
-        kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT == "split" else BWD_VARIANT]
+        kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT in ("split", "lane") else BWD_VARIANT]
         extra = variant_constexprs(kernel, u.is_cuda, block_d, warps)
     dAp = torch.empty((batch, nseg, *state_shape), dtype=f32, device=dev)
     dBp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
@@ -808,44 +830,58 @@ def launch(
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
-    launcher(kernel)[(nblk, batch, nseg)](
-        dout_c,
-        dlast_main,
-        u_c,
-        delta_c,
-        A2_main,
-        Bt,
-        Ct,
-        D.to(f32).contiguous() if D is not None else None,
-        z_c,
-        bias_c,
-        *states,
-        du,
-        ddelta,
-        dz,
-        dAp,
-        dBp,
-        dCp,
-        dDp,
-        dbp,
-        dinit,
-        dim,
-        L,
-        G,
-        NCK,
-        seg,
-        SOFTPLUS=delta_softplus,
-        NP=NP,
-        CK=CHECKPOINT_LEN,
-        BLOCK_D=block_d,
-        HAS_D=D is not None,
-        HAS_Z=z is not None,
-        HAS_BIAS=delta_bias is not None,
-        HAS_DLAST=dlast_state is not None,
-        HAS_SEG=nseg > 1,
-        num_warps=warps,
-        **extra,
-    )
+
+    def run_main(kernel: Any, Bm: torch.Tensor, Cm: torch.Tensor, LP: tuple[int, ...], extra: dict,
+                 check: Any) -> None:  # fmt: skip
+        launcher(kernel, check)[(nblk, batch, nseg)](
+            dout_c,
+            dlast_main,
+            u_c,
+            delta_c,
+            A2_main,
+            Bm,
+            Cm,
+            D.to(f32).contiguous() if D is not None else None,
+            z_c,
+            bias_c,
+            *states,
+            du,
+            ddelta,
+            dz,
+            dAp,
+            dBp,
+            dCp,
+            dDp,
+            dbp,
+            dinit,
+            dim,
+            L,
+            *LP,
+            G,
+            NCK,
+            seg,
+            SOFTPLUS=delta_softplus,
+            NP=NP,
+            CK=CHECKPOINT_LEN,
+            BLOCK_D=block_d,
+            HAS_D=D is not None,
+            HAS_Z=z is not None,
+            HAS_BIAS=delta_bias is not None,
+            HAS_DLAST=dlast_state is not None,
+            HAS_SEG=nseg > 1,
+            num_warps=warps,
+            **extra,
+        )
+
+    if lane_main is None:
+        run_main(kernel, Bt, Ct, (), extra, None)
+    else:
+        try:
+            run_main(*lane_main)
+        except LaneLayoutError as e:  # checked before its first launch: nothing written
+            BWD_VARIANT = "split"
+            warnings.warn(f"{e}; using the split backward kernel from now on", stacklevel=2)
+            run_main(kernel, Bt, Ct, (), extra, None)
     # the partial sums, each one kernel where the layouts allow (the host time of these small
     # launches is what bounds batch-1 calls)
     if split and NP == N:  # (dim, NP) partials: dA's own layout

@@ -282,8 +282,8 @@ def _selective_scan_bwd_split_kernel(
         Bs = ()
         Cs = ()
         for j in tl.static_range(TT):
-            Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
-            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # noqa: RUF005
+            Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
         h = hs
         h_all = ()
@@ -295,8 +295,8 @@ def _selective_scan_bwd_split_kernel(
             b_y = tl.where(o_t[None, :] == j, tl.sum(h * Cs[j][None, :], axis=1)[:, None], b_y)
             dy_j = _col(b_dy, o_t, j)
             _store_sum8(dCp + part + (t0 + j) * NP, h * dy_j[:, None], t0 + j < L, BLOCK_D, NP, EMU)
-            h_all = h_all + (h,)  # noqa: RUF005
-            a_all = a_all + (a,)  # noqa: RUF005
+            h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
         b_qA = tl.zeros_like(b_u)
         b_gB = tl.zeros_like(b_u)

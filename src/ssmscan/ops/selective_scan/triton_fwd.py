@@ -119,9 +119,9 @@ def _fwd_tile(
     Cs = ()
     for j in tl.static_range(TT):
         m_j = t0 + j < t_end
-        Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0),)  # noqa: RUF005  (Triton tuples)
+        Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=m_j, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         if not LOCAL:
-            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0),)  # noqa: RUF005
+            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=m_j, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     if HAS_BIAS:
         b_dt += b_bias[:, None]
     if SOFTPLUS:
@@ -424,7 +424,7 @@ def _launch(
     # differently and it ran slower (H200, 2026-12-01: 0.73 vs 0.68 ms at (8, 4096, 2048, 16),
     # 0.34 vs 0.31 at (16, 1536, 1024, 16); bf16 the same either way, 0.66 ms)
     a_raw = lane and direct and u.dtype != f32 and A.dtype == f32 and A.is_contiguous()
-    args = dict(
+    args: dict[str, torch.Tensor | int | None] = dict(
         u=u.contiguous(),
         delta=delta.contiguous(),
         A2=A if a_raw else prep_A(A, NP),
@@ -456,7 +456,7 @@ def _launch(
     else:
         consts["TT"] = TT
         kernel = launcher(_selective_scan_fwd_kernel)
-    last = {"last": None} if lane else {}
+    last: dict[str, torch.Tensor | None] = {"last": None} if lane else {}
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
         seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)

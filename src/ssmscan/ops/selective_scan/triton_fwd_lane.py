@@ -127,11 +127,11 @@ def _lane_loads(
     Cs = ()
     for j in tl.static_range(TT):
         b_B = tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, NP // KL))
-        Bs = Bs + (b_B,)  # noqa: RUF005  (Triton tuples)
+        Bs = Bs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         if not LOCAL:
-            Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, NP // KL)),)  # noqa: RUF005
+            Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         else:
-            Cs = Cs + (b_B,)  # noqa: RUF005
+            Cs = Cs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     return b_u, b_x, b_z, Bs, Cs
 
 
@@ -345,8 +345,12 @@ def _bases(enc: str, aliases: dict[str, str]) -> dict[str, list[tuple[int, ...]]
     linear or slice layout in TTGIR text; KeyError / ValueError for anything else."""
     enc = aliases.get(enc, enc)
     if enc.startswith("#ttg.slice"):
-        dim = int(re.search(r"dim = (\d+)", enc).group(1))
-        parent = _bases(re.search(r"parent = (#[\w.]+(?:<\{.*\}>)?)", enc).group(1), aliases)
+        m_dim = re.search(r"dim = (\d+)", enc)
+        m_parent = re.search(r"parent = (#[\w.]+(?:<\{.*\}>)?)", enc)
+        if m_dim is None or m_parent is None:
+            raise ValueError(enc)
+        dim = int(m_dim.group(1))
+        parent = _bases(m_parent.group(1), aliases)
         return {k: [b[:dim] + b[dim + 1 :] for b in v] for k, v in parent.items()}
     if enc.startswith("#ttg.linear"):
         out = {}

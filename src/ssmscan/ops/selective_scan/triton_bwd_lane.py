@@ -1,0 +1,331 @@
+"""The "lane" main kernel of ``ssmscan::selective_scan_bwd`` (CUDA; ``BWD_VARIANT = "lane"``).
+
+Note [selective scan backward lanes]
+------------------------------------
+The split backward's kernel (Note [selective scan backward split]: one warp of 8 channels a
+program, the segment's 8-step tiles in reverse from the states kernel's tile-start states, the
+tile's states recomputed and kept, the adjoint back through them) on the lane forward's layout
+(Note [selective scan forward lanes]): states (8, KL = 4, SPT = 4), state n = 4 k + s on lane
+k of the channel; tiles (8, 4, 2), step 2 k + s; both loaded and stored as 2-D blocks and
+reshaped. So each step's dt, dt * u and dy reach a channel's 4 lanes by one ``shfl.sync.idx``
+(``_lane_bcast``) instead of ``_col``'s select, 2 butterflies and adds, and B_t / C_t come from
+time-padded copies without masks (LP steps, ``padded_steps``).
+
+dB_t / dC_t over the warp's 8 channels (lane bits 2-4 = channel bits 0-2): ``_rs8l``, a
+reduce-scatter that halves the in-thread states twice (channel bit 2, then 1) and sums the last
+value over channel bit 0: 4 shuffles; lane (d, k) ends with the total for state 4 k + 2 (d >> 2
+& 1) + (d >> 1 & 1), rows d and d ^ 1 alike, stored once (d even).
+
+Both shuffles rely on Triton's layouts: ``lane_layout_problem`` (``triton_fwd_lane``) checks the
+``shfl.sync.idx`` operands; ``bfly_layout_problem`` here the butterflies' (lane bits 0-1 on k,
+2-4 on the channel). The eager launcher runs both on every kernel it compiles before its first
+launch; the launcher falls back to the split kernel when they fail.
+
+Status (2026-12-01): written and checked offline only (interpreter vs float64; sm_90 SASS and
+TTGIR layouts, ``tests/ops/selective_scan/lane_layout_check.py``) when the session's GPU time had
+run out; not the default until it has run on a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_fwd_lane import (
+    _ALIAS,
+    LaneLayoutError,
+    _bases,
+    _lane_bcast,
+    _slot,
+    lane_layout_problem,
+)
+
+LANE_BD = 8  # channels per program: one warp
+LANE_KL = 4  # lanes per channel
+LANE_TPL = 2  # steps per lane and tile (8-step tiles, as the split kernel's)
+
+
+@triton.jit
+def _bfly_rows3(x, MASK: tl.constexpr, EMU: tl.constexpr, RANK: tl.constexpr):
+    """Rows ``d ^ (MASK // 4)`` of x (rank RANK, 2 or 3, rows first): lane ``laneid ^ MASK``'s
+    value on the GPU (lane bits 2-4 are the row bits); EMU, the same rows by ``tl.gather``."""
+    if EMU:
+        if RANK == 3:
+            d = tl.arange(0, x.shape[0])[:, None, None] ^ (MASK // 4)
+        else:
+            d = tl.arange(0, x.shape[0])[:, None] ^ (MASK // 4)
+        return tl.gather(x, tl.broadcast_to(d, x.shape), axis=0)
+    return _bfly(x, MASK)
+
+
+@triton.jit
+def _rs8l(x, EMU: tl.constexpr):
+    """Sum over the 8 rows (channels) of x (8, 4, 4) (state 4 k + s at [:, k, s]), scattered:
+    (8, 4) r, r[d, k] the total for state 4 k + 2 (d >> 2 & 1) + (d >> 1 & 1) (Note [selective
+    scan backward lanes]). Logical indices but for the shuffles."""
+    d3 = tl.arange(0, 8)[:, None, None]
+    # s = 2 i + j: halves by i (channel bit 2 keeps i = 1)
+    lo, hi = tl.split(tl.permute(tl.reshape(x, (8, 4, 2, 2)), (0, 1, 3, 2)))
+    up = ((d3 >> 2) & 1) == 1
+    x = tl.where(up, hi, lo) + _bfly_rows3(tl.where(up, lo, hi), 16, EMU, 3)  # (8, 4, 2) over j
+    d2 = tl.arange(0, 8)[:, None]
+    a, b = tl.split(x)
+    up = ((d2 >> 1) & 1) == 1
+    x = tl.where(up, b, a) + _bfly_rows3(tl.where(up, a, b), 8, EMU, 2)
+    return x + _bfly_rows3(x, 4, EMU, 2)
+
+
+@triton.jit
+def _store_rs8l(base, x, m, EMU: tl.constexpr):
+    """base[n] = sum over the 8 rows of x[:, n // 4, n % 4] (``_rs8l``), each n stored once, if
+    m."""
+    r = _rs8l(x, EMU)
+    d = tl.arange(0, 8)[:, None]
+    k = tl.arange(0, 4)[None, :]
+    n = 4 * k + 2 * ((d >> 2) & 1) + ((d >> 1) & 1)
+    tl.store(base + n, r, mask=((d & 1) == 0) & m)
+
+
+@triton.jit
+def _sum_states(x):
+    """(8, 4, 4) -> (8,): the sum over a channel's states."""
+    return tl.sum(tl.sum(x, axis=2), axis=1)
+
+
+@triton.jit
+def _selective_scan_bwd_lane_kernel(
+    dout,  # (batch, dim, L) gradient of out, u's dtype
+    dlast,  # (batch, dim, NP) fp32 gradient of the last state, or None
+    u,  # (batch, dim, L)
+    delta,  # (batch, dim, L)
+    A2,  # (dim, NP) fp32, A * log2(e)
+    Bt,  # (batch, G, LP, NP) fp32, time-padded (``padded_steps``)
+    Ct,  # (batch, G, LP, NP) fp32, time-padded
+    Dv,  # (dim,) fp32 or None
+    z,  # (batch, dim, L) or None
+    delta_bias,  # (dim,) fp32 or None
+    tstates,  # (batch, dim, cdiv(L, 8), NP) fp32: the state before every tile (states kernel)
+    seg_adj,  # (batch, NSEG, dim, NP) fp32 adjoint entering each segment from the right, or None
+    du,  # (batch, dim, L) out, u's dtype
+    ddelta,  # (batch, dim, L) out, delta's dtype
+    dz,  # (batch, dim, L) out, or None when z is None
+    dAp,  # (batch, NSEG, dim, NP) fp32 per-(batch, segment) partial dA
+    dBp,  # (dim / 8, batch, L, NP) fp32 per-block partial dB
+    dCp,  # (dim / 8, batch, L, NP) fp32 per-block partial dC
+    dDp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial dD, or None
+    dbiasp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial ddelta_bias, or None
+    dinit,  # (batch, dim, NP) fp32 gradient of the initial state
+    dim,  # channels
+    L,  # sequence length
+    LP,  # steps of Bt / Ct
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SEG,  # chunks per segment (program axis 2)
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,  # 16
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # 8: one warp
+    KL: tl.constexpr,  # 4 lanes a channel
+    TPL: tl.constexpr,  # 2 steps a lane and tile
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_DLAST: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
+):
+    """Note [selective scan backward lanes]."""
+    SPT: tl.constexpr = NP // KL
+    TT: tl.constexpr = KL * TPL
+    S3: tl.constexpr = (BLOCK_D, KL, SPT)
+    T3: tl.constexpr = (BLOCK_D, KL, TPL)
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    m_dn = m_d[:, None]
+    o_n = tl.arange(0, NP)
+    o_k = tl.arange(0, KL)
+    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]  # (1, KL, TPL)
+    o_dn = o_d[:, None] * NP + o_n[None, :]  # (BLOCK_D, NP) in a (dim, NP) buffer
+    SZ = NP * dim
+
+    b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
+    b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    bc = (i_b * G + grp) * LP * NP
+    p_B = Bt + bc + o_n
+    p_C = Ct + bc + o_n
+    part = (i_d.to(tl.int64) * tl.num_programs(1) + i_b) * L * NP
+    # tile k's start state at p_ts + k * NP
+    p_ts = tstates + (i_b * dim + o_d.to(tl.int64))[:, None] * (tl.cdiv(L, TT) * NP) + o_n[None, :]
+    i_bs = i_b * NSEG + i_s
+
+    if HAS_DLAST:
+        G_adj = tl.reshape(tl.load(dlast + i_b * SZ + o_dn, mask=m_dn, other=0.0), S3)
+    else:
+        G_adj = tl.zeros(S3, dtype=tl.float32)
+    if HAS_SEG:  # constexpr: seg_adj is None with one segment
+        if i_s < NSEG - 1:
+            G_adj = tl.reshape(tl.load(seg_adj + i_bs * SZ + o_dn, mask=m_dn, other=0.0), S3)
+    dA_acc = tl.zeros(S3, dtype=tl.float32)
+    dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    o_t = tl.arange(0, TT)
+
+    c0 = i_s * SEG
+    c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
+    k_beg = c0 * (CK // TT)
+    k_end = tl.cdiv(tl.minimum(c1 * CK, L), TT)
+    for kk in range(0, k_end - k_beg):  # the segment's tiles in reverse
+        k = k_end - 1 - kk
+        t0 = k * TT
+        hs = tl.reshape(tl.load(p_ts + k * NP, mask=m_dn, other=0.0), S3)
+        # the tile's inputs as (BLOCK_D, TT) blocks, reshaped (Note [selective scan forward
+        # lanes]: 3-D offsets would put the channels on the lanes)
+        o_tt = t0 + o_t
+        m2 = m_dn & (o_tt < L)[None, :]
+        p = row[:, None] + o_tt[None, :]
+        m = tl.reshape(m2, T3)
+        b_u = tl.reshape(tl.load(u + p, mask=m2, other=0.0), T3).to(tl.float32)
+        b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3).to(tl.float32)
+        b_do = tl.reshape(tl.load(dout + p, mask=m2, other=0.0), T3).to(tl.float32)
+        if HAS_Z:
+            b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3).to(tl.float32)
+        Bs = ()
+        Cs = ()
+        for j in tl.static_range(TT):
+            Bs = Bs + (tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        if HAS_BIAS:
+            b_x += b_bias[:, None, None]  # type: ignore[index]  # None only when the flag is off
+        if SOFTPLUS:
+            b_dt = _softplus(b_x)
+        else:
+            b_dt = b_x
+        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+        if HAS_Z:
+            sig_z = _sigmoid(b_z)
+            b_dy = b_do * b_z * sig_z
+        else:
+            b_dy = b_do
+        b_dtu = b_dt * b_u
+        # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
+        h = hs
+        h_all = ()
+        a_all = ()
+        dt_all = ()
+        dtu_all = ()
+        dy_all = ()
+        b_y = tl.zeros_like(b_u)
+        for j in tl.static_range(TT):
+            dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            dtu_j = _lane_bcast(_slot(b_dtu, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            a = tl.exp2(dt_j * b_A2)
+            h = a * h + dtu_j * Bs[j]
+            b_y = tl.where(o_j == j, _sum_states(h * Cs[j])[:, None, None], b_y)
+            _store_rs8l(dCp + part + (t0 + j) * NP, h * dy_j, t0 + j < L, EMU)
+            h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            dt_all = dt_all + (dt_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            dtu_all = dtu_all + (dtu_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            dy_all = dy_all + (dy_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
+        b_qA = tl.zeros_like(b_u)
+        b_gB = tl.zeros_like(b_u)
+        for jj in tl.static_range(TT):
+            j = TT - 1 - jj  # (tuples are indexed by the constexpr expression itself)
+            g = G_adj + Cs[TT - 1 - jj] * dy_all[TT - 1 - jj]
+            ga = g * a_all[TT - 1 - jj]
+            if jj == TT - 1:
+                q = ga * hs
+            else:
+                q = ga * h_all[TT - 2 - jj]
+            dA_acc += q * dt_all[TT - 1 - jj]
+            b_qA = tl.where(o_j == j, _sum_states(q * b_A2)[:, None, None], b_qA)
+            b_gB = tl.where(o_j == j, _sum_states(g * Bs[TT - 1 - jj])[:, None, None], b_gB)
+            _store_rs8l(dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
+            G_adj = ga
+        b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
+        b_du = b_dt * b_gB
+        if HAS_D:
+            b_du += b_D[:, None, None] * b_dy  # type: ignore[index]  # None only when the flag is off
+            dD_acc += _sum_states(b_dy * b_u)
+        if SOFTPLUS:
+            b_ddt = b_ddt * _sigmoid(b_x)
+        b_ddt = tl.where(m, b_ddt, 0.0)
+        db_acc += _sum_states(b_ddt)
+        tl.store(du + p, tl.reshape(b_du, (BLOCK_D, TT)).to(du.dtype.element_ty), mask=m2)
+        tl.store(ddelta + p, tl.reshape(b_ddt, (BLOCK_D, TT)).to(ddelta.dtype.element_ty), mask=m2)
+        if HAS_Z:
+            if HAS_D:
+                b_y += b_D[:, None, None] * b_u  # type: ignore[index]  # None only when the flag is off
+            b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+            tl.store(dz + p, tl.reshape(b_dz, (BLOCK_D, TT)).to(dz.dtype.element_ty), mask=m2)
+    G2 = tl.reshape(G_adj, (BLOCK_D, NP))
+    if i_s == 0:
+        tl.store(dinit + i_b * SZ + o_dn, G2, mask=m_dn)
+    tl.store(dAp + i_bs * SZ + o_dn, tl.reshape(dA_acc, (BLOCK_D, NP)), mask=m_dn)
+    if HAS_D:
+        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
+    if HAS_BIAS:
+        tl.store(dbiasp + i_bs * dim + o_d, db_acc, mask=m_d)
+
+
+_BFLY = re.compile(
+    r'tt\.elementwise_inline_asm "shfl\.sync\.bfly[^"]*".*?'
+    r": tensor<([\dx]+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
+)
+
+
+def _unit(rank: int, d: int, v: int) -> tuple[int, ...]:
+    return tuple(v if i == d else 0 for i in range(rank))
+
+
+def bfly_layout_problem(ttgir: str) -> str | None:
+    """What breaks ``_rs8l``'s layout assumption in the compiled TTGIR, or None when every
+    ``shfl.sync.bfly`` operand ((8, 4) or (8, 4, 2)) has lane bits 0-1 on k (dimension 1) and
+    2-4 on the channel (dimension 0), and nothing else of those dimensions in registers or
+    warps."""
+    aliases = dict(_ALIAS.findall(ttgir))
+    found = _BFLY.findall(ttgir)
+    if not found:
+        return "no shfl.sync.bfly in the TTGIR"
+    for shape, enc in set(found):
+        rank = len(shape.split("x"))
+        try:
+            b = _bases(enc, aliases)
+        except (KeyError, ValueError, AttributeError):
+            return f"a butterfly operand has a layout the check cannot read: {enc}"
+
+        want = [_unit(rank, 1, 1), _unit(rank, 1, 2)] + [_unit(rank, 0, v) for v in (1, 2, 4)]
+        rest = b["register"] + b["warp"]
+        if b["lane"] != want or any(v[0] or v[1] for v in rest):
+            return f"a butterfly operand ({shape}) has layout {aliases.get(enc, enc)}"
+    return None
+
+
+@functools.cache
+def check_bwd_lane_layout() -> Any:
+    """A ``launcher`` check for the lane backward: both shuffles' layouts."""
+
+    def check(compiled: Any) -> None:
+        ttgir = compiled.asm["ttgir"]
+        problem = lane_layout_problem(ttgir, LANE_KL) or bfly_layout_problem(ttgir)
+        if problem is not None:
+            raise LaneLayoutError(
+                f"ssmscan's lane backward kernel compiled (Triton {triton.__version__}) to a "
+                f"layout its shuffles cannot use: {problem}"
+            )
+
+    return check
