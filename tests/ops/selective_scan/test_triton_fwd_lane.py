@@ -150,3 +150,31 @@ def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
     assert triton_fwd.FWD_VARIANT == "lane"
     assert not [w for w in recwarn if "lane" in str(w.message)]
     assert sorted(set(seen)) == [2, 4, 8], seen
+
+
+def test_padded_steps():
+    from ssmscan.ops.selective_scan.triton_fwd_lane import padded_steps
+
+    for L in (1, 7, 8, 63, 2048, 2047):
+        for TT in (4, 8):
+            LP = padded_steps(L, TT)
+            # whole tiles plus the prefetch's one more, Triton-visible 16-divisibility
+            assert LP >= (-(-L // TT) + 1) * TT and LP % 16 == 0, (L, TT, LP)
+
+
+@pytest.mark.parametrize("N,NP", [(16, 16), (12, 16)])
+def test_prep_bc_pads_the_last_tile_with_zeros(N, NP):
+    """The lane kernels compute the last tile's padded steps with dt = 0 (decay 1, input 0 * B):
+    those B / C rows must be finite, so zero; padded states too. Rows past the last tile only
+    feed the prefetch (never used) and may stay uninitialized."""
+    from ssmscan.ops.selective_scan.triton_common import prep_BC
+
+    L, TT = 21, 8
+    X = torch.randn(2, 3, N, L)
+    xt = prep_BC(X, 2, NP, 48, TT)
+    assert xt.shape == (2, 3, 48, NP) and xt.dtype == torch.float32
+    torch.testing.assert_close(xt[:, :, :L, :N], X.transpose(2, 3), rtol=0, atol=0)
+    assert (xt[:, :, L:24] == 0).all()  # the rest of the last tile
+    assert (xt[:, :, :, N:] == 0).all()  # padded states
+    grouped = prep_BC(X[:, 0], 2, NP)  # 3-D B, no time padding: (batch, 1, L, NP)
+    assert grouped.shape == (2, 1, L, NP)
