@@ -25,14 +25,13 @@ import subprocess
 import tempfile
 
 import triton
-from triton.backends.compiler import GPUTarget
 
 from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
+from ssmscan.testing.triton_sm90 import compile_sm90
 
 SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
 DTYPES = {"fp32": "fp32", "bf16": "bf16"}
-TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 # instruction classes counted (opcode prefix match on the SASS mnemonic)
@@ -50,25 +49,6 @@ CLASSES = (
     "FFMA",
     "FMUL",
 )
-
-
-def _sig(kernel, values: dict) -> tuple[dict, dict, dict]:
-    """signature, constexprs, attrs for ASTSource from {arg name: value}; a str value is a pointer
-    type (16-byte aligned), an int a runtime int (divisible-by-16 marked), others constexprs."""
-    sig, const, attrs = {}, {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        v = values[name]
-        if isinstance(v, str):
-            sig[name] = v
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool) or i in kernel.constexprs:
-            sig[name] = "constexpr"
-            const[name] = v
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return sig, const, attrs
 
 
 def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tuple[dict, int]:
@@ -215,9 +195,7 @@ def states_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, 
 
 
 def sass_of(kernel, values: dict, warps: int, dump: str | None, tag: str) -> tuple[dict, str]:
-    sig, const, attrs = _sig(kernel, values)
-    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
-    k = triton.compile(src, target=TARGET, options={"num_warps": warps})
+    k = compile_sm90(kernel, values, warps)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:

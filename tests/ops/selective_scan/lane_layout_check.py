@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import sys
 
-import triton
-from triton.backends.compiler import GPUTarget
-
 from ssmscan.ops.selective_scan import (
     triton_bwd_lane,
     triton_bwd_split,
@@ -21,6 +18,7 @@ from ssmscan.ops.selective_scan import (
     triton_fwd_lane,
 )
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
+from ssmscan.testing.triton_sm90 import compile_sm90
 
 IO = {"u", "delta", "z", "out"}
 
@@ -61,26 +59,9 @@ def compile_ttgir(
         A_RAW=True,
         HAS_LAST=True,
     )
-    sig, const, attrs = {}, {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        v = values[name]  # (the states kernel takes a subset)
-        if isinstance(v, str):
-            sig[name] = v
-            if aligned or name not in IO:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool) or i in kernel.constexprs:
-            sig[name] = "constexpr"
-            const[name] = v
-        elif v == 1:  # Triton specializes an int equal to 1 as a constant
-            sig[name] = "constexpr"
-            const[name] = 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:  # ... and marks one divisible by 16
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
-    target = GPUTarget("cuda", 90, 32)
-    return triton.compile(src, target=target, options={"num_warps": warps}).asm["ttgir"]
+    # (the states kernel takes a subset of the values)
+    unaligned = () if aligned else IO
+    return compile_sm90(kernel, values, warps, unaligned).asm["ttgir"]
 
 
 # (dtype, NP, L, aligned tensors, LOCAL, G[, the states kernel])
@@ -133,25 +114,7 @@ def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **in
         EMU=False,
     )
     values.update(ints)
-    sig, const, attrs = {}, {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        v = values[name]
-        if isinstance(v, str):
-            sig[name] = v
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool) or i in kernel.constexprs:
-            sig[name] = "constexpr"
-            const[name] = v
-        elif v == 1:
-            sig[name] = "constexpr"
-            const[name] = 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
-    target = GPUTarget("cuda", 90, 32)
-    return triton.compile(src, target=target, options={"num_warps": 1}).asm["ttgir"]
+    return compile_sm90(kernel, values, 1).asm["ttgir"]
 
 
 # the lane backward (dtype, real configuration, segments + dlast, ints): the split kernel's set

@@ -10,11 +10,9 @@ import math
 import re
 import sys
 
-import triton
-from triton.backends.compiler import GPUTarget
-
 from ssmscan.ops.selective_scan import triton_bwd_split
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN
+from ssmscan.testing.triton_sm90 import compile_sm90
 
 ROWS = [(1,), (2,), (4,)]  # lane bits 2, 3, 4 -> row bits 0, 1, 2
 
@@ -44,26 +42,7 @@ def compile_ttgir(dtype: str, full: bool, seg: bool, **ints: int) -> str:
         EMU=False,
     )
     values.update(ints)
-    sig, const, attrs = {}, {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        v = values[name]
-        if isinstance(v, str):
-            sig[name] = v
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool) or i in kernel.constexprs:
-            sig[name] = "constexpr"
-            const[name] = v
-        elif v == 1:  # Triton specializes an int equal to 1 as a constant
-            sig[name] = "constexpr"
-            const[name] = 1
-        else:
-            sig[name] = "i32"
-            if v % 16 == 0:  # ... and marks one divisible by 16
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 1}).asm[
-        "ttgir"
-    ]
+    return compile_sm90(kernel, values, 1).asm["ttgir"]
 
 
 def lane_bases(definition: str) -> list[tuple[int, ...]]:

@@ -1,0 +1,44 @@
+"""Compile a Triton kernel for sm_90 (H100 / H200) without a GPU, specialized as Triton's JIT
+would specialize real arguments: for the layout checks (``tests/ops/selective_scan/
+*_layout_check.py``) and the SASS report (``benchmarks/selective_scan/sass_report.py``). Needs
+Triton's CUDA backend (ptxas ships with it); imported by those scripts only, not by
+``ssmscan.testing``."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+SM90 = GPUTarget("cuda", 90, 32)
+
+
+def compile_sm90(
+    kernel: Any, values: dict[str, Any], num_warps: int, unaligned: Collection[str] = ()
+) -> Any:
+    """``triton.compile`` of ``kernel`` for sm_90 with one value per parameter (extra keys are
+    ignored): a str is a pointer of that Triton type ("*fp32"), 16-byte aligned unless its name
+    is in ``unaligned``; a bool, or any value of a constexpr parameter, a constexpr; an int equal
+    to 1 the constant Triton makes of it; other ints i32, marked divisible by 16 when they are.
+    Returns the compiled kernel (``.asm["ttgir"]``, ``["cubin"]``, ``.metadata``)."""
+    sig, const, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        v = values[name]
+        if isinstance(v, str):
+            sig[name] = v
+            if name not in unaligned:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, bool) or i in kernel.constexprs:
+            sig[name] = "constexpr"
+            const[name] = v
+        elif v == 1:  # Triton specializes an int equal to 1 as a constant
+            sig[name] = "constexpr"
+            const[name] = 1
+        else:
+            sig[name] = "i32"
+            if v % 16 == 0:  # ... and marks one divisible by 16
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
+    return triton.compile(src, target=SM90, options={"num_warps": num_warps})
