@@ -5,8 +5,8 @@ dtype. Uses the GPU test's helpers so the numbers are those the tests check.
     PYTHONPATH=src python benchmarks/selective_scan/gpu_errors.py [cuda|cpu] [BWD_VARIANT]
 
 (cpu: an interpreter smoke run.) With BWD_VARIANT
-"split" the grid's lengths are multiples of 16 (``triton_bwd_split.applies``),
-and every case must have run the split kernel.
+"split" or "lane" the grid's lengths are multiples of 16 (``triton_bwd_split.applies``),
+every case must have run the split path, and "lane" must not have fallen back.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def main():
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     variant = sys.argv[2] if len(sys.argv) > 2 else triton_bwd.BWD_VARIANT
     triton_bwd.BWD_VARIANT = variant
-    cases = CASES if variant != "split" else SPLIT_CASES
+    cases = CASES if variant not in ("split", "lane") else SPLIT_CASES
     if device != "cuda":  # an interpreter smoke run
-        cases = [(1, 4, 63, 4, None)] if variant != "split" else [(1, 8, 63, 16, None)]
+        cases = (
+            [(1, 4, 63, 4, None)] if variant not in ("split", "lane") else [(1, 8, 63, 16, None)]
+        )
     seen: list[bool] = []
     real_applies = triton_bwd_split.applies
 
@@ -62,8 +64,10 @@ def main():
                 errs.update({f"d{k}": rel_error(g, r_grads[k]) for k, g in grads.items()})
                 for k, v in errs.items():
                     worst[k] = max(worst.get(k, 0.0), v)
-        if variant == "split" and not all(seen):
-            raise SystemExit(f"the split kernel did not run for every case: {seen}")
+        if variant in ("split", "lane") and not all(seen):
+            raise SystemExit(f"the split path did not run for every case: {seen}")
+        if triton_bwd.BWD_VARIANT != variant:  # the lane kernel's layout check fell back
+            raise SystemExit(f"BWD_VARIANT {variant} fell back to {triton_bwd.BWD_VARIANT}")
         print(
             json.dumps(
                 {
