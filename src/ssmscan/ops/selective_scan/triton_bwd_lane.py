@@ -45,9 +45,7 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     lane_layout_problem,
 )
 
-LANE_BD = 8  # channels per program: one warp
-LANE_KL = 4  # lanes per channel
-LANE_TPL = 2  # steps per lane and tile (8-step tiles, as the split kernel's)
+LANE_KL = 4  # lanes per channel (the launcher passes lane_geometry(16): KL 4, TPL 2)
 
 
 @triton.jit
