@@ -156,7 +156,7 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
         v = {("A2" if k == "A2t" else k): x for k, x in v.items() if k not in ("ckpt", "scratch")}
         v.update(tstates="*fp32", TT=triton_bwd_split.SPLIT_TT, EMU=False)
         if triton_bwd.BWD_VARIANT == "lane":  # Note [selective scan backward lanes]
-            v.update(LP=triton_fwd.padded_steps(L, 8), KL=4, TPL=2)
+            v.update(LP=triton_fwd.padded_steps(L, 8), KL=4, TPL=2, PREFETCH=True)
         return v, warps, nseg
     kernel = triton_bwd.BWD_VARIANTS[triton_bwd.BWD_VARIANT]
     v.update(triton_bwd.variant_constexprs(kernel, True, block_d, warps))
@@ -278,7 +278,14 @@ def main() -> None:
     ap.add_argument("--dump", default=None, help="write ttgir / ptx / sass here")
     ap.add_argument("--bwd", action="store_true", help="the backward main kernel instead")
     ap.add_argument("--fwd-variant", default=triton_fwd.FWD_VARIANT, help="triton_fwd.FWD_VARIANT")
+    ap.add_argument(
+        "--const",
+        nargs="*",
+        default=[],
+        help="extra constexprs of the main kernel, NAME=INT (e.g. PREFETCH=0 for --variant lane)",
+    )
     a = ap.parse_args()
+    a.const = {k: int(x) for k, x in (c.split("=") for c in a.const)}
     triton_fwd.FWD_VARIANT = a.fwd_variant  # also the split backward's states kernel
     if a.bwd:
         bwd_main(a)
@@ -288,6 +295,7 @@ def main() -> None:
         for dt in a.dtype:
             for local in (False, True) if a.local else (False,):
                 v, warps, nseg = fwd_values(*shape, DTYPES[dt], local)
+                v.update(a.const)
                 tag = f"fwd-{'x'.join(map(str, shape))}-{dt}{'-local' if local else ''}"
                 steps = v["TT"]
                 if triton_fwd.FWD_VARIANT == "lane":
@@ -315,6 +323,7 @@ def bwd_main(a) -> None:
         for shape in shapes:
             for dt in a.dtype:
                 v, warps, nseg = bwd_values(*shape, DTYPES[dt])
+                v.update(a.const)
                 tag = f"bwd-{var}-{'x'.join(map(str, shape))}-{dt}"
                 meta, sass = sass_of(kernel, v, warps, a.dump, tag)
                 instrs = parse(sass)

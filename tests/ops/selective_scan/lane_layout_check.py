@@ -2,7 +2,8 @@
 needed) and check the layout of every tensor its ``shfl.sync.idx`` broadcasts read
 (``triton_fwd_lane.lane_layout_problem``), over the specializations the launcher can produce:
 every dtype, each lane geometry (NP 8, 16, 32), L and pointers with and without 16-divisibility,
-the local pass of a split L, grouped B / C; and the split backward's lane states kernel. Run as a script by ``test_triton_fwd_lane.py``, in a
+the local pass of a split L, grouped B / C; and the split backward's lane states kernel and
+the segments' lane local pass. Run as a script by ``test_triton_fwd_lane.py``, in a
 process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
 wrong or if the negative control (NP = 64 in bf16, which the launcher does not send to this
 kernel) passes."""
@@ -20,18 +21,20 @@ from ssmscan.ops.selective_scan import (
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
-IO = {"u", "delta", "z", "out"}
+IO = {"u", "delta", "z", "out", "dout"}
+KERNELS = {
+    "fwd": triton_fwd_lane._selective_scan_fwd_lane_kernel,
+    # the split backward's lane states kernel and the segments' lane local pass
+    "states": triton_fwd_lane._selective_scan_bwd_lane_states_kernel,
+    "local": triton_bwd_lane._selective_scan_bwd_lane_local_kernel,
+}
 
 
 def compile_ttgir(
-    dtype: str, NP: int, L: int, aligned: bool, local: bool, G: int, states: bool = False
+    dtype: str, NP: int, L: int, aligned: bool, local: bool, G: int, which: str = "fwd"
 ) -> str:
-    """TTGIR of the lane forward kernel (``states``: the split backward's lane states kernel)."""
-    kernel = (
-        triton_fwd_lane._selective_scan_bwd_lane_states_kernel
-        if states
-        else triton_fwd_lane._selective_scan_fwd_lane_kernel
-    )
+    """TTGIR of the lane forward kernel (``which``: or another kernel of ``KERNELS``)."""
+    kernel = KERNELS[which]
     KL, TPL = triton_fwd_lane.lane_geometry(NP)
     dim = 256
     block_d, warps = triton_fwd.fwd_block_channels(1, dim, G, NP, KL)
@@ -43,6 +46,7 @@ def compile_ttgir(
         N=NP,
         G=G,
         NCK=num_checkpoints(L),
+        NC=num_checkpoints(L) - 1,
         SEG=3,
         SOFTPLUS=True,
         NP=NP,
@@ -59,15 +63,18 @@ def compile_ttgir(
         A_RAW=True,
         HAS_LAST=True,
     )
-    # (the states kernel takes a subset of the values)
+    # (the other kernels take subsets of the values)
     unaligned = () if aligned else IO
     return compile_sm90(kernel, values, warps, unaligned).asm["ttgir"]
 
 
-# (dtype, NP, L, aligned tensors, LOCAL, G[, the states kernel])
+# (dtype, NP, L, aligned tensors, LOCAL, G[, the kernel: KERNELS])
 CONFIGS = [
-    ("fp32", 16, 2048, True, True, 1, True),
-    ("bf16", 16, 1000, False, True, 1, True),
+    ("fp32", 16, 2048, True, True, 1, "states"),
+    ("bf16", 16, 1000, False, True, 1, "states"),
+    ("fp32", 16, 65536, True, True, 1, "local"),
+    ("bf16", 16, 4096, True, True, 2, "local"),
+    ("fp16", 16, 1000, False, True, 1, "local"),
     ("fp32", 16, 2048, True, False, 1),
     ("bf16", 16, 2048, True, False, 1),
     ("fp16", 16, 2048, True, True, 1),
@@ -112,6 +119,7 @@ def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **in
         HAS_DLAST=seg,
         HAS_SEG=seg,
         EMU=False,
+        PREFETCH=True,
     )
     values.update(ints)
     return compile_sm90(kernel, values, 1).asm["ttgir"]

@@ -283,9 +283,12 @@ SPLIT_CASES = [
 
 
 class _Applies(list):
-    """``applies`` results in order; ``variant``: the BWD_VARIANT the fixture set."""
+    """``applies`` results in order; ``variant``: the BWD_VARIANT the fixture set; ``kernels``:
+    the names of the backward's kernels launched."""
 
     variant = "split"
+    variant_segments = "segments"
+    kernels: set[str]
 
 
 @pytest.fixture(
@@ -311,6 +314,8 @@ def split_backward(request, monkeypatch):
         monkeypatch.setattr(triton_common, "FWD_TARGET_WARPS", 0)
     seen = _Applies()
     seen.variant = variant
+    seen.variant_segments = segmenting
+    seen.kernels = set()
     real = triton_bwd_split.applies
 
     def spy(*a):
@@ -318,6 +323,13 @@ def split_backward(request, monkeypatch):
         return seen[-1]
 
     monkeypatch.setattr(triton_bwd_split, "applies", spy)
+    real_launcher = triton_bwd.launcher
+
+    def launcher_spy(kernel, *a):
+        seen.kernels.add(kernel.__name__)
+        return real_launcher(kernel, *a)
+
+    monkeypatch.setattr(triton_bwd, "launcher", launcher_spy)
     return seen
 
 
@@ -332,6 +344,21 @@ def test_triton_interpreter_split_backward(
     the layouts they rely on; the GPU tests the rest)."""
     _run_case(batch, dim, L, N, groups, full, softplus, init, _DTYPES[dt], dlast_given)
     assert split_backward == [True]
+    # segments on the split path: the local pass on the lane tiles, never the 2-D one
+    assert "_selective_scan_bwd_local_kernel" not in split_backward.kernels
+
+
+@pytest.mark.triton
+@_INTERP
+def test_triton_interpreter_lane_local_pass(split_backward):
+    """L = 300 (a chunk and a partial one) in segments: the lane local pass and the carry pass in
+    the (dim, NP) layout run and the gradients match float64 (dlast given: the carry pass starts
+    from it); in one segment neither runs."""
+    _run_case(1, 8, 300, 16, None, True, True, True, torch.float32, True)
+    assert split_backward == [True]
+    segmented = "_selective_scan_bwd_carry_kernel" in split_backward.kernels
+    assert segmented == (split_backward.variant_segments == "segments")
+    assert ("_selective_scan_bwd_lane_local_kernel" in split_backward.kernels) == segmented
 
 
 @pytest.mark.triton

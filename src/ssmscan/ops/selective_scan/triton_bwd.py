@@ -527,9 +527,9 @@ def _selective_scan_bwd_local_kernel(
 
 @triton.jit
 def _selective_scan_bwd_carry_kernel(
-    A2t,  # (NP, dim) fp32
-    dlast,  # (batch, NP, dim) fp32 or None
-    seg_loc,  # (batch, NSEG, NP, dim) fp32 local segment-start adjoints
+    A2t,  # (NP, dim) fp32; (dim, NP) if DN
+    dlast,  # (batch, NP, dim) fp32 or None; (batch, dim, NP) if DN
+    seg_loc,  # (batch, NSEG, NP, dim) fp32 local segment-start adjoints; (.., dim, NP) if DN
     seg_dt,  # (batch, NSEG, dim) fp32 sums of dt
     seg_adj,  # (batch, NSEG, NP, dim) fp32 out: adjoint entering each segment from the right
     dim,  # channels
@@ -537,6 +537,7 @@ def _selective_scan_bwd_carry_kernel(
     NP: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HAS_DLAST: tl.constexpr,
+    DN: tl.constexpr = False,  # every state-shaped buffer (dim, NP): the split / lane kernels'
 ):
     """Pass 2 of the backward: G_{s-1} = exp(A sum dt_s) G_s + local_s, from the last segment."""
     i_d = tl.program_id(0)
@@ -544,7 +545,10 @@ def _selective_scan_bwd_carry_kernel(
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     o_n = tl.arange(0, NP)
-    o_nd = o_n[None, :] * dim + o_d[:, None]
+    if DN:
+        o_nd = o_d[:, None] * NP + o_n[None, :]
+    else:
+        o_nd = o_n[None, :] * dim + o_d[:, None]
     SZ = NP * dim
     b_A2 = tl.load(A2t + o_nd, mask=m_d[:, None], other=0.0)
     if HAS_DLAST:
@@ -583,6 +587,9 @@ BWD_VARIANTS = {
 # 1x1536x4096, 7.60 / 9.21 and 6.84 / 8.28 at 1x1024x65536: split fastest at every row, and
 # correct on the GPU in fp32 / bf16 / fp16 (benchmarks/selective_scan/gpu_errors.py).
 BWD_VARIANT = "split"
+# the segments' local pass on the lane forward's tiles (``triton_bwd_lane``) on the split path; a
+# module constant so that the benchmark can time the 2-D one beside it
+LANE_LOCAL = True
 
 
 def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
@@ -688,10 +695,18 @@ def launch(
     else:
         nseg, seg = segments(batch * nblk * warps, NCK - 1)
     A2 = prep_A(A, NP)  # (dim, NP): the split kernels'
-    # (NP, dim): the tile kernels' and the segments' local / carry passes'
-    A2t = A2.t().contiguous() if not split or nseg > 1 else None
+    TT = triton_bwd_split.SPLIT_TT
+    KL, TPL = lane_geometry(NP)
+    LP = padded_steps(L, TT)  # steps of the lane kernels' B / C copies
+    # the segments' local pass on the lane forward's tiles too (split path, lane geometry)
+    lane_local = (
+        LANE_LOCAL and split and nseg > 1 and triton_fwd.FWD_VARIANT == "lane" and KL * TPL == TT
+    )
+    # (NP, dim): the tile kernels' and the segments' 2-D local / carry passes'
+    A2t = A2.t().contiguous() if not split or (nseg > 1 and not lane_local) else None
     Bt = prep_BC(B, batch, NP)
     Ct = prep_BC(C, batch, NP)
+    Cl: torch.Tensor | None = None  # C's time-padded copy for the lane kernels
     dout_c = dout.contiguous()
     u_c = u.contiguous()
     delta_c = delta.contiguous()
@@ -704,11 +719,74 @@ def launch(
         y[..., :N, :].copy_(x.transpose(-1, -2))
         return y
 
-    # (NP, dim): the tile kernels' and the carry pass's layout (the split kernel takes (dim, NP))
-    need_t = not split or nseg > 1
+    # (dim, NP): the split / lane kernels' state layout
+    dlast_dn = (
+        torch.nn.functional.pad(dlast_state.to(f32), (0, NP - N)).contiguous()
+        if split and dlast_state is not None
+        else None
+    )
+    # (NP, dim): the tile kernels' and the 2-D carry pass's layout
+    need_t = not split or (nseg > 1 and not lane_local)
     dlast_t = states_major(dlast_state) if need_t and dlast_state is not None else None
     seg_adj = None
-    if nseg > 1:
+    if lane_local:
+        # Note [selective scan segments] on the lane tiles, every state buffer (dim, NP)
+        Cl = prep_BC(C, batch, NP, LP, TT)
+        seg_loc = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
+        seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
+        sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
+        kernel = launcher(
+            triton_bwd_lane._selective_scan_bwd_lane_local_kernel, check_lane_layout(KL)
+        )
+        try:
+            kernel[(triton.cdiv(dim, sbd), batch, nseg)](
+                dout_c,
+                delta_c,
+                A2,
+                Cl,
+                z_c,
+                bias_c,
+                seg_loc,
+                seg_dt,
+                dim,
+                L,
+                LP,
+                G,
+                NCK - 1,
+                seg,
+                SOFTPLUS=delta_softplus,
+                NP=NP,
+                CK=CHECKPOINT_LEN,
+                BLOCK_D=sbd,
+                KL=KL,
+                TPL=TPL,
+                HAS_Z=z is not None,
+                HAS_BIAS=delta_bias is not None,
+                num_warps=sw,
+            )
+        except LaneLayoutError as e:  # checked before its first launch: nothing written
+            triton_fwd.FWD_VARIANT = "tile"
+            warnings.warn(f"{e}; using the 2-D forward kernels from now on", stacklevel=2)
+            lane_local = False
+            A2t = A2.t().contiguous()
+            dlast_t = states_major(dlast_state) if dlast_state is not None else None
+        else:
+            seg_adj = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
+            launcher(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
+                A2,
+                dlast_dn,
+                seg_loc,
+                seg_dt,
+                seg_adj,
+                dim,
+                nseg,
+                NP=NP,
+                BLOCK_D=block_d,
+                HAS_DLAST=dlast_state is not None,
+                DN=True,
+                num_warps=warps,
+            )
+    if nseg > 1 and not lane_local:
         # Note [selective scan segments]: local adjoint pass, carry pass from the right
         seg_loc = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
@@ -758,11 +836,9 @@ def launch(
     if split:
         block_d, warps = triton_bwd_split.SPLIT_BLOCK_D, 1
         nblk = triton.cdiv(dim, block_d)
-        TT = triton_bwd_split.SPLIT_TT
         state_shape = (dim, NP)
-        if dlast_state is not None:
-            dlast_main = torch.nn.functional.pad(dlast_state.to(f32), (0, NP - N)).contiguous()
-        if seg_adj is not None:
+        dlast_main = dlast_dn
+        if seg_adj is not None and not lane_local:  # the 2-D carry pass's (NP, dim)
             seg_adj_main = seg_adj.transpose(-1, -2).contiguous()
         A2_main = A2
         # the forward's checkpoints as they are ((batch, dim, NCK, N) fp32), padded when N < NP
@@ -778,10 +854,8 @@ def launch(
             CK=CHECKPOINT_LEN,
             HAS_BIAS=delta_bias is not None,
         )
-        KL, TPL = lane_geometry(NP)
         lane = triton_fwd.FWD_VARIANT == "lane" and KL * TPL == TT
         if lane:  # the lane forward's tiles (Note [selective scan forward lanes])
-            LP = padded_steps(L, TT)
             sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
             grid = (triton.cdiv(dim, sbd), batch, NCK - 1)
             kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
@@ -803,15 +877,14 @@ def launch(
         kernel = triton_bwd_split._selective_scan_bwd_split_kernel
         extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)
         if BWD_VARIANT == "lane" and KL * TPL == TT:  # Note [selective scan backward lanes]
-            LP = padded_steps(L, TT)
             if not lane:
                 Bl = prep_BC(B, batch, NP, LP, TT)
             lane_main = (
                 triton_bwd_lane._selective_scan_bwd_lane_kernel,
                 Bl,
-                prep_BC(C, batch, NP, LP, TT),
+                Cl if Cl is not None else prep_BC(C, batch, NP, LP, TT),
                 (LP,),
-                dict(KL=KL, TPL=TPL, EMU=not u.is_cuda),
+                dict(KL=KL, TPL=TPL, EMU=not u.is_cuda, PREFETCH=triton_bwd_lane.PREFETCH),
                 triton_bwd_lane.check_bwd_lane_layout(),
             )
     else:

@@ -46,6 +46,9 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
 )
 
 LANE_KL = 4  # lanes per channel (the launcher passes lane_geometry(16): KL 4, TPL 2)
+# the main kernel loads the next tile's inputs while one computes (a module constant so that the
+# benchmark can time both)
+PREFETCH = True
 
 
 @triton.jit
@@ -96,6 +99,42 @@ def _sum_states(x):
 
 
 @triton.jit
+def _bwd_lane_loads(
+    dout,
+    u,
+    delta,
+    z,
+    p_ts,
+    row,
+    m_dn,
+    k,
+    L,
+    NP: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_Z: tl.constexpr,
+):
+    """Tile k's start state (BLOCK_D, KL, NP // KL) and its u, delta, dout, z (dout when there
+    is none) as loaded, (BLOCK_D, KL, TPL): (BLOCK_D, TT) blocks reshaped (Note [selective scan
+    forward lanes]: 3-D offsets would put the channels on the lanes)."""
+    BLOCK_D: tl.constexpr = row.shape[0]
+    TT: tl.constexpr = KL * TPL
+    T3: tl.constexpr = (BLOCK_D, KL, TPL)
+    hs = tl.reshape(tl.load(p_ts + k * NP, mask=m_dn, other=0.0), (BLOCK_D, KL, NP // KL))
+    o_tt = k * TT + tl.arange(0, TT)
+    m2 = m_dn & (o_tt < L)[None, :]
+    p = row[:, None] + o_tt[None, :]
+    b_u = tl.reshape(tl.load(u + p, mask=m2, other=0.0), T3)
+    b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3)
+    b_do = tl.reshape(tl.load(dout + p, mask=m2, other=0.0), T3)
+    if HAS_Z:
+        b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3)
+    else:
+        b_z = b_do
+    return hs, b_u, b_x, b_do, b_z
+
+
+@triton.jit
 def _selective_scan_bwd_lane_kernel(
     dout,  # (batch, dim, L) gradient of out, u's dtype
     dlast,  # (batch, dim, NP) fp32 gradient of the last state, or None
@@ -136,6 +175,7 @@ def _selective_scan_bwd_lane_kernel(
     HAS_DLAST: tl.constexpr,
     HAS_SEG: tl.constexpr,
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
+    PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
 ):
     """Note [selective scan backward lanes]."""
     SPT: tl.constexpr = NP // KL
@@ -184,21 +224,32 @@ def _selective_scan_bwd_lane_kernel(
     c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
     k_beg = c0 * (CK // TT)
     k_end = tl.cdiv(tl.minimum(c1 * CK, L), TT)
+    if PREFETCH:  # the last tile's inputs; each iteration then loads the next tile's (k - 1)
+        nxt = _bwd_lane_loads(
+            dout, u, delta, z, p_ts, row, m_dn, tl.maximum(k_end - 1, k_beg), L, NP, KL, TPL,
+            HAS_Z,
+        )  # fmt: skip
     for kk in range(0, k_end - k_beg):  # the segment's tiles in reverse
         k = k_end - 1 - kk
         t0 = k * TT
-        hs = tl.reshape(tl.load(p_ts + k * NP, mask=m_dn, other=0.0), S3)
-        # the tile's inputs as (BLOCK_D, TT) blocks, reshaped (Note [selective scan forward
-        # lanes]: 3-D offsets would put the channels on the lanes)
+        if PREFETCH:
+            cur = nxt
+            # the segment's first tile loads itself again (a valid tile, never used)
+            nxt = _bwd_lane_loads(
+                dout, u, delta, z, p_ts, row, m_dn, tl.maximum(k - 1, k_beg), L, NP, KL, TPL,
+                HAS_Z,
+            )  # fmt: skip
+        else:
+            cur = _bwd_lane_loads(dout, u, delta, z, p_ts, row, m_dn, k, L, NP, KL, TPL, HAS_Z)
+        hs, b_u, b_x, b_do, b_z = cur
+        b_u = b_u.to(tl.float32)
+        b_x = b_x.to(tl.float32)
+        b_do = b_do.to(tl.float32)
+        b_z = b_z.to(tl.float32)
         o_tt = t0 + o_t
         m2 = m_dn & (o_tt < L)[None, :]
         p = row[:, None] + o_tt[None, :]
         m = tl.reshape(m2, T3)
-        b_u = tl.reshape(tl.load(u + p, mask=m2, other=0.0), T3).to(tl.float32)
-        b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3).to(tl.float32)
-        b_do = tl.reshape(tl.load(dout + p, mask=m2, other=0.0), T3).to(tl.float32)
-        if HAS_Z:
-            b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3).to(tl.float32)
         Bs = ()
         Cs = ()
         for j in tl.static_range(TT):
@@ -327,3 +378,131 @@ def check_bwd_lane_layout() -> Any:
             )
 
     return check
+
+
+@triton.jit
+def _bwd_lane_local_loads(
+    dout,
+    delta,
+    z,
+    p_C,
+    row,
+    m_dn,
+    k,
+    L,
+    NP: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_Z: tl.constexpr,
+):
+    """Tile k's delta, dout, z (dout when there is none) as loaded, (BLOCK_D, KL, TPL), and its
+    C_t (1, KL, NP // KL) fp32 (time-padded, no mask). The steps past L read as 0 (the caller
+    masks the steps past its segment)."""
+    BLOCK_D: tl.constexpr = row.shape[0]
+    TT: tl.constexpr = KL * TPL
+    T3: tl.constexpr = (BLOCK_D, KL, TPL)
+    o_tt = k * TT + tl.arange(0, TT)
+    m2 = m_dn & (o_tt < L)[None, :]
+    p = row[:, None] + o_tt[None, :]
+    b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3)
+    b_do = tl.reshape(tl.load(dout + p, mask=m2, other=0.0), T3)
+    if HAS_Z:
+        b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3)
+    else:
+        b_z = b_do
+    Cs = ()
+    for j in tl.static_range(TT):
+        Cs = Cs + (tl.reshape(tl.load(p_C + (k * TT + j) * NP), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    return b_x, b_do, b_z, Cs
+
+
+@triton.jit
+def _selective_scan_bwd_lane_local_kernel(
+    dout,  # (batch, dim, L) gradient of out
+    delta,  # (batch, dim, L)
+    A2,  # (dim, NP) fp32, A * log2(e)
+    Ct,  # (batch, G, LP, NP) fp32, time-padded (``padded_steps``)
+    z,  # (batch, dim, L) or None
+    delta_bias,  # (dim,) fp32 or None
+    seg_loc,  # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of the segment from zero
+    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over the segment
+    dim,  # channels
+    L,  # sequence length
+    LP,  # steps of Ct
+    G,  # groups of B / C
+    NC,  # chunks = cdiv(L, CK)
+    SEG,  # chunks per segment
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # the lane forward's block (``triton_fwd.fwd_block_channels``)
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """Pass 1 of the segmented backward (Note [selective scan segments]) on the lane forward's
+    tiles (Note [selective scan forward lanes]): the adjoint alone, G <- a_t (G + C_t dy_t),
+    reversed over one segment from zero; the next tile's inputs are loaded while one computes.
+    The (dim, NP) outputs are the lane / split kernels' state layout."""
+    SPT: tl.constexpr = NP // KL
+    TT: tl.constexpr = KL * TPL
+    S3: tl.constexpr = (BLOCK_D, KL, SPT)
+    i_d = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
+    NSEG = tl.num_programs(2)
+    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    m_d = o_d < dim
+    m_dn = m_d[:, None]
+    o_k = tl.arange(0, KL)
+    o_n = tl.arange(0, NP)
+    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]  # (1, KL, TPL)
+    o_dn = o_d[:, None] * NP + o_n[None, :]
+    b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
+    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
+    row = (i_b * dim + o_d.to(tl.int64)) * L
+    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
+    p_C = Ct + (i_b * G + grp) * LP * NP + o_n
+    t_beg = i_s * SEG * CK
+    t_end = tl.minimum(tl.minimum(i_s * SEG + SEG, NC) * CK, L)
+    k_beg = t_beg // TT
+    k_end = tl.cdiv(t_end, TT)
+    G_adj = tl.zeros(S3, dtype=tl.float32)
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    nxt = _bwd_lane_local_loads(
+        dout, delta, z, p_C, row, m_dn, tl.maximum(k_end - 1, k_beg), L, NP, KL, TPL, HAS_Z
+    )
+    for kk in range(0, k_end - k_beg):
+        k = k_end - 1 - kk
+        cur = nxt
+        # the segment's first tile loads itself again (a valid tile, never used)
+        nxt = _bwd_lane_local_loads(
+            dout, delta, z, p_C, row, m_dn, tl.maximum(k - 1, k_beg), L, NP, KL, TPL, HAS_Z
+        )
+        b_x, b_do, b_z, Cs = cur
+        b_x = b_x.to(tl.float32)
+        b_do = b_do.to(tl.float32)
+        m = m_dn[:, :, None] & (k * TT + o_j < t_end)
+        if HAS_BIAS:
+            b_x += b_bias[:, None, None]  # type: ignore[index]  # None only when the flag is off
+        if SOFTPLUS:
+            b_dt = _softplus(b_x)
+        else:
+            b_dt = b_x
+        b_dt = tl.where(m, b_dt, 0.0)  # steps past the segment: decay 1, no input
+        if HAS_Z:
+            b_z = b_z.to(tl.float32)
+            b_dy = b_do * b_z * _sigmoid(b_z)
+        else:
+            b_dy = b_do
+        b_dy = tl.where(m, b_dy, 0.0)
+        dt_sum += _sum_states(b_dt)
+        for jj in tl.static_range(TT):
+            j = TT - 1 - jj
+            dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            G_adj = tl.exp2(dt_j * b_A2) * (G_adj + Cs[TT - 1 - jj] * dy_j)
+    i_bs = i_b * NSEG + i_s
+    tl.store(seg_loc + i_bs * (NP * dim) + o_dn, tl.reshape(G_adj, (BLOCK_D, NP)), mask=m_dn)
+    tl.store(seg_dt + i_bs * dim + o_d, dt_sum, mask=m_d)
