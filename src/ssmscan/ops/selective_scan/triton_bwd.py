@@ -884,7 +884,14 @@ def launch(
                 Bl,
                 Cl if Cl is not None else prep_BC(C, batch, NP, LP, TT),
                 (LP,),
-                dict(KL=KL, TPL=TPL, EMU=not u.is_cuda, PREFETCH=triton_bwd_lane.PREFETCH),
+                dict(
+                    KL=KL,
+                    TPL=TPL,
+                    EMU=not u.is_cuda,
+                    PREFETCH=triton_bwd_lane.PREFETCH,
+                    LEAN=triton_bwd_lane.LEAN,
+                    **triton_bwd_lane.OPTIONS,
+                ),
                 triton_bwd_lane.check_bwd_lane_layout(),
             )
     else:

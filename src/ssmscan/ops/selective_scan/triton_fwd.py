@@ -310,6 +310,11 @@ def steps_per_tile(NP: int) -> int:
     return min(NP, 8)
 
 
+# extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
+# constant so that the benchmark can time register caps
+LANE_OPTIONS: dict[str, int] = {}
+
+
 def fwd_block_channels(
     batch: int, dim: int, G: int, NP: int, per_channel: int | None = None
 ) -> tuple[int, int]:
@@ -451,7 +456,7 @@ def _launch(
     )
     if lane:
         args["LP"] = LP
-        consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct)
+        consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, **LANE_OPTIONS)
         kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL))
     else:
         consts["TT"] = TT
