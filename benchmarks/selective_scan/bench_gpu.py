@@ -22,7 +22,13 @@ import torch
 import triton
 
 from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
-from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_common, triton_fwd
+from ssmscan.ops.selective_scan import (
+    shapes,
+    triton_bwd,
+    triton_bwd_lane,
+    triton_common,
+    triton_fwd,
+)
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
 from ssmscan.testing import tolerance
 
@@ -51,6 +57,29 @@ def set_target_warps(w: int) -> None:
         c.TARGET_WARPS, c.SPLIT_BELOW_WARPS, c.FWD_TARGET_WARPS = DEFAULT_SPLIT
     else:
         c.TARGET_WARPS, c.SPLIT_BELOW_WARPS, c.FWD_TARGET_WARPS = w, w, w
+
+
+_DEFAULTS = {"pbc": triton_bwd_lane.PREFETCH_BC}
+
+
+def set_variant(spec: str) -> None:
+    """``spec``: BWD_VARIANT[-option...], the options: noprefetch (``triton_bwd_lane.PREFETCH``
+    off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), 2dlocal
+    (``triton_bwd.LANE_LOCAL`` off), leanN (``triton_bwd_lane.LEAN``), rN (maxnreg N of the
+    lane main kernel), fN (maxnreg N of the lane forward); e.g. lane-lean2-r184. Options not
+    named are the library's defaults."""
+    name, *opts = spec.split("-")
+    triton_bwd.BWD_VARIANT = name
+    triton_bwd_lane.PREFETCH = "noprefetch" not in opts
+    if "pbc" in opts or "nopbc" in opts:
+        triton_bwd_lane.PREFETCH_BC = "pbc" in opts
+    else:
+        triton_bwd_lane.PREFETCH_BC = _DEFAULTS["pbc"]
+    triton_bwd.LANE_LOCAL = "2dlocal" not in opts
+    triton_bwd_lane.LEAN = next((int(o[4:]) for o in opts if o.startswith("lean")), 0)
+    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rf" and o[1:].isdigit()}
+    triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
+    triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}
 
 
 def make(batch, dim, L, N, dtype, seed=0):
@@ -238,8 +267,8 @@ def main():
     ap.add_argument(
         "--bwd-variants",
         default=triton_bwd.BWD_VARIANT,
-        help="triton_bwd.BWD_VARIANT values to time, e.g. tile_rs,split (keys get a suffix "
-        "for all but the library's default)",
+        help="triton_bwd.BWD_VARIANT values to time, with options (``set_variant``), e.g. "
+        "split,lane-pbc (keys get a suffix for all but the library's default)",
     )
     ap.add_argument(
         "--fwd-variants",
@@ -305,7 +334,7 @@ def main():
             for ck, tw, bv, fv in variants:
                 set_checkpoint_len(ck)
                 set_target_warps(tw)
-                triton_bwd.BWD_VARIANT = bv
+                set_variant(bv)
                 triton_fwd.FWD_VARIANT = fv
                 ck = key(ck, tw, bv, fv)
                 errs = check(kw, dout, refs)

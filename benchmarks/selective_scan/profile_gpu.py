@@ -19,8 +19,6 @@ import bench_gpu
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_lane, triton_fwd
-
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -47,18 +45,6 @@ def breakdown(kw: dict, dout: torch.Tensor, calls: int = 5) -> tuple[float, list
     return total, sorted(per.items(), key=lambda kv: -kv[1])
 
 
-def set_variant(spec: str) -> None:
-    """``spec``: BWD_VARIANT[-option...] (see --bwd-variants)."""
-    name, *opts = spec.split("-")
-    triton_bwd.BWD_VARIANT = name
-    triton_bwd_lane.PREFETCH = "noprefetch" not in opts
-    triton_bwd.LANE_LOCAL = "2dlocal" not in opts
-    triton_bwd_lane.LEAN = next((int(o[4:]) for o in opts if o.startswith("lean")), 0)
-    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rf" and o[1:].isdigit()}
-    triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
-    triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shapes", default=None, help="e.g. 8x4096x2048x16,16x1536x1024x16")
@@ -66,9 +52,7 @@ def main() -> None:
     ap.add_argument(
         "--bwd-variants",
         default="split,lane",
-        help="BWD_VARIANT values with '-' options: noprefetch (triton_bwd_lane.PREFETCH off), "
-        "2dlocal (triton_bwd.LANE_LOCAL off), leanN (triton_bwd_lane.LEAN), rN (maxnreg N of "
-        "the lane main kernel), fN (maxnreg N of the lane forward), e.g. lane-lean2-r184",
+        help="BWD_VARIANT values with options (bench_gpu.set_variant), e.g. lane-lean2-r184",
     )
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--once", action="store_true", help="3 forward+backward calls, for ncu")
@@ -78,7 +62,7 @@ def main() -> None:
             kw = bench_gpu.make(*shape, DTYPES[dn])
             dout = torch.randn_like(kw["u"])
             for var in a.bwd_variants.split(","):
-                set_variant(var)
+                bench_gpu.set_variant(var)
                 if a.once:
                     for _ in range(3):
                         bench_gpu.ours_fwd_bwd(kw, dout)

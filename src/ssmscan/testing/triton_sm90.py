@@ -6,6 +6,7 @@ Triton's CUDA backend (ptxas ships with it); imported by those scripts only, not
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection
 from typing import Any
 
@@ -22,10 +23,16 @@ def compile_sm90(
     ignored): a str is a pointer of that Triton type ("*fp32"), 16-byte aligned unless its name
     is in ``unaligned``; a bool, or any value of a constexpr parameter, a constexpr; an int equal
     to 1 the constant Triton makes of it; other ints i32, marked divisible by 16 when they are.
+    A constexpr parameter with a default may be left out (its default, as the JIT does).
     Returns the compiled kernel (``.asm["ttgir"]``, ``["cubin"]``, ``.metadata``)."""
     sig, const, attrs = {}, {}, {}
+    defaults = {
+        p.name: p.default
+        for p in kernel.params
+        if p.is_constexpr and p.default is not inspect.Parameter.empty
+    }
     for i, name in enumerate(kernel.arg_names):
-        v = values[name]
+        v = values[name] if name in values or name not in defaults else defaults[name]
         if isinstance(v, str):
             sig[name] = v
             if name not in unaligned:

@@ -10,6 +10,7 @@ kernel) passes."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 from ssmscan.ops.selective_scan import (
@@ -22,6 +23,18 @@ from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
 IO = {"u", "delta", "z", "out", "dout"}
+
+
+def pointers(kernel, dtype: str, io: set[str]) -> dict[str, object]:
+    """A pointer type for every parameter but the constexprs with defaults (``compile_sm90``
+    takes those as the JIT does): the tensors of ``io`` of ``dtype``, the others fp32."""
+    return {
+        p.name: (f"*{dtype}" if p.name in io else "*fp32")
+        for p in kernel.params
+        if not (p.is_constexpr and p.default is not inspect.Parameter.empty)
+    }
+
+
 KERNELS = {
     "fwd": triton_fwd_lane._selective_scan_fwd_lane_kernel,
     # the split backward's lane states kernel and the segments' lane local pass
@@ -38,7 +51,7 @@ def compile_ttgir(
     KL, TPL = triton_fwd_lane.lane_geometry(NP)
     dim = 256
     block_d, warps = triton_fwd.fwd_block_channels(1, dim, G, NP, KL)
-    values: dict[str, object] = {n: (f"*{dtype}" if n in IO else "*fp32") for n in kernel.arg_names}
+    values = pointers(kernel, dtype, IO)
     values.update(
         dim=dim,
         L=L,
@@ -98,7 +111,7 @@ def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **in
         else triton_bwd_split._selective_scan_bwd_split_kernel
     )
     io = {"dout", "u", "delta", "z", "du", "ddelta", "dz"}
-    values: dict[str, object] = {n: (f"*{dtype}" if n in io else "*fp32") for n in kernel.arg_names}
+    values = pointers(kernel, dtype, io)
     values.update(
         dim=4096,
         L=2048,
@@ -119,7 +132,6 @@ def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **in
         HAS_DLAST=seg,
         HAS_SEG=seg,
         EMU=False,
-        PREFETCH=True,
     )
     values.update(ints)
     return compile_sm90(kernel, values, 1).asm["ttgir"]

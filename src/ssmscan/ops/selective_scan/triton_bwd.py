@@ -576,7 +576,8 @@ BWD_VARIANTS = {
     # L % 16 == 0 on the GPU, ...), "tile_rs" otherwise
     "split": triton_bwd_split._selective_scan_bwd_split_kernel,
     # Note [selective scan backward lanes] (triton_bwd_lane): the split kernel's path and
-    # conditions with the lane layout; not yet run on a GPU (not the default)
+    # conditions with the lane layout; the default (falls back to "split" when its layout check
+    # fails)
     "lane": triton_bwd_lane._selective_scan_bwd_lane_kernel,
 }
 # H200, fwd+bwd ms with the library's split policy (benchmarks/RESULTS.md): 2026-11-30, tile_rs /
@@ -585,8 +586,11 @@ BWD_VARIANTS = {
 # split / tile_rs (same process, CUDA graphs) = 5.57 / 6.14 and 4.84 / 5.75 (bf16) at
 # 8x4096x2048, 2.18 / 2.60 and 1.93 / 2.47 at 16x1536x1024, 0.82 / 0.99 and 0.77 / 0.95 at
 # 1x1536x4096, 7.60 / 9.21 and 6.84 / 8.28 at 1x1024x65536: split fastest at every row, and
-# correct on the GPU in fp32 / bf16 / fp16 (benchmarks/selective_scan/gpu_errors.py).
-BWD_VARIANT = "split"
+# correct on the GPU in fp32 / bf16 / fp16 (benchmarks/selective_scan/gpu_errors.py). 2026-12-01
+# (seventh session), eager op, lane (with its next-tile prefetch) / split: 4.02 / 4.14 fp32 and
+# 3.73 / 3.93 bf16 at 8x4096x2048, 1.62 / 1.66 and 1.51 / 1.58 at 16x1536x1024 (the lane kernel
+# alone 2.36 vs 2.56 ms bf16 at 8x4096x2048); correct on the GPU in fp32 / bf16 / fp16: the default.
+BWD_VARIANT = "lane"
 # the segments' local pass on the lane forward's tiles (``triton_bwd_lane``) on the split path; a
 # module constant so that the benchmark can time the 2-D one beside it
 LANE_LOCAL = True
@@ -890,6 +894,7 @@ def launch(
                     EMU=not u.is_cuda,
                     PREFETCH=triton_bwd_lane.PREFETCH,
                     LEAN=triton_bwd_lane.LEAN,
+                    PREFETCH_BC=triton_bwd_lane.PREFETCH_BC,
                     **triton_bwd_lane.OPTIONS,
                 ),
                 triton_bwd_lane.check_bwd_lane_layout(),

@@ -35,7 +35,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _ALIAS,
     LaneLayoutError,
@@ -53,6 +53,8 @@ PREFETCH = True
 # (e.g. {"maxnreg": 184}); module constants so that the benchmark can time them
 LEAN = 0
 OPTIONS: dict[str, int] = {}
+# the next tile's B_t / C_t prefetched into L1 (``_prefetch_bc_l1``)
+PREFETCH_BC = False
 
 
 @triton.jit
@@ -100,6 +102,26 @@ def _store_rs8l(base, x, m, EMU: tl.constexpr):
 def _sum_states(x):
     """(8, 4, 4) -> (8,): the sum over a channel's states."""
     return tl.sum(tl.sum(x, axis=2), axis=1)
+
+
+@triton.jit
+def _prefetch_bc_l1(Bt, Ct, row0, BLOCK_D: tl.constexpr, KL: tl.constexpr, NP: tl.constexpr):
+    """``prefetch.global.L1`` of the TT = 8 rows of B_t and of C_t from element ``row0`` of the
+    time-padded copies (2 x 512 bytes): one 32-byte sector per thread of the (BLOCK_D, KL) =
+    (8, 4) warp. A hint: nothing is read into registers, so no layout assumption (a different
+    layout only prefetches a sector twice); nothing under the interpreter."""
+    if _PTX:
+        i = tl.arange(0, BLOCK_D)[:, None] * KL + tl.arange(0, KL)[None, :]  # 0 .. 31
+        off = row0 + (i % 16) * 8  # 16 sectors of 8 floats: 8 steps x NP = 16 states
+        p = tl.where(i < 16, Bt + off, Ct + off)
+        tl.inline_asm_elementwise(
+            "prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;",
+            "=r,l",
+            [p],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
 
 
 @triton.jit
@@ -181,6 +203,7 @@ def _selective_scan_bwd_lane_kernel(
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
     PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
     LEAN: tl.constexpr = 0,  # bit 0: a_t recomputed in the adjoint; bit 1: B_t / C_t reloaded
+    PREFETCH_BC: tl.constexpr = False,  # the next tile's B_t / C_t prefetched into L1
 ):
     """Note [selective scan backward lanes]."""
     SPT: tl.constexpr = NP // KL
@@ -237,6 +260,8 @@ def _selective_scan_bwd_lane_kernel(
     for kk in range(0, k_end - k_beg):  # the segment's tiles in reverse
         k = k_end - 1 - kk
         t0 = k * TT
+        if PREFETCH_BC:  # the next tile's B_t / C_t rows toward L1
+            _prefetch_bc_l1(Bt, Ct, bc + tl.maximum(k - 1, k_beg) * TT * NP, BLOCK_D, KL, NP)
         if PREFETCH:
             cur = nxt
             # the segment's first tile loads itself again (a valid tile, never used)
