@@ -8,7 +8,7 @@ L=/tmp/logs; mkdir -p $L /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
 (MAX_JOBS=12 setsid nohup python3 .whl/build_mamba_cuda.py > $L/build.log 2>&1 &)
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 timeout 140 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider \
-    tests/ops/selective_scan/test_selective_scan_triton.py -k "(split_backward and lane) or test_triton_gpu[" > $L/pytest.log 2>&1 &
+    tests/ops/selective_scan/test_selective_scan_triton.py -k "(split_backward and lane) or (test_triton_gpu and not split_backward and not fp16)" > $L/pytest.log 2>&1 &
 PT=$!
 timeout 110 python3 benchmarks/selective_scan/gpu_errors.py cuda lane > $L/gpu_errors.log 2>&1
 wait $PT
