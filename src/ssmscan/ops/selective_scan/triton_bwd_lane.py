@@ -53,8 +53,10 @@ PREFETCH = True
 # (e.g. {"maxnreg": 184}); module constants so that the benchmark can time them
 LEAN = 0
 OPTIONS: dict[str, int] = {}
-# the next tile's B_t / C_t prefetched into L1 (``_prefetch_bc_l1``)
-PREFETCH_BC = False
+# the next tile's B_t / C_t prefetched into L1 (``_prefetch_bc_l1``; H200, 2026-12-01, main
+# kernel ms off / on: 2.57 / 2.48 fp32, 2.36 / 2.36 bf16 at 8x4096x2048; 0.97 / 0.94, 0.89 / 0.90
+# at 16x1536x1024; whole fwd+bwd at 1x1024x65536 bf16 4.91 / 4.63)
+PREFETCH_BC = True
 
 
 @triton.jit
@@ -203,7 +205,7 @@ def _selective_scan_bwd_lane_kernel(
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
     PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
     LEAN: tl.constexpr = 0,  # bit 0: a_t recomputed in the adjoint; bit 1: B_t / C_t reloaded
-    PREFETCH_BC: tl.constexpr = False,  # the next tile's B_t / C_t prefetched into L1
+    PREFETCH_BC: tl.constexpr = True,  # the next tile's B_t / C_t prefetched into L1
 ):
     """Note [selective scan backward lanes]."""
     SPT: tl.constexpr = NP // KL
