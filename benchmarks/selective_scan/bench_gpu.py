@@ -65,9 +65,9 @@ _DEFAULTS = {"pbc": triton_bwd_lane.PREFETCH_BC}
 def set_variant(spec: str) -> None:
     """``spec``: BWD_VARIANT[-option...], the options: noprefetch (``triton_bwd_lane.PREFETCH``
     off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), 2dlocal
-    (``triton_bwd.LANE_LOCAL`` off), leanN (``triton_bwd_lane.LEAN``), rN (maxnreg N of the
-    lane main kernel), fN (maxnreg N of the lane forward); e.g. lane-lean2-r184. Options not
-    named are the library's defaults."""
+    (``triton_bwd.LANE_LOCAL`` off), rN (maxnreg N of the lane main kernel), fN (maxnreg N of
+    the lane forward); e.g. lane-noprefetch-r184. Options not named are the library's
+    defaults."""
     name, *opts = spec.split("-")
     triton_bwd.BWD_VARIANT = name
     triton_bwd_lane.PREFETCH = "noprefetch" not in opts
@@ -76,7 +76,6 @@ def set_variant(spec: str) -> None:
     else:
         triton_bwd_lane.PREFETCH_BC = _DEFAULTS["pbc"]
     triton_bwd.LANE_LOCAL = "2dlocal" not in opts
-    triton_bwd_lane.LEAN = next((int(o[4:]) for o in opts if o.startswith("lean")), 0)
     cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rf" and o[1:].isdigit()}
     triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
     triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}

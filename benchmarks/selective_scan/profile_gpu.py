@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument(
         "--bwd-variants",
         default="split,lane",
-        help="BWD_VARIANT values with options (bench_gpu.set_variant), e.g. lane-lean2-r184",
+        help="BWD_VARIANT values with options (bench_gpu.set_variant), e.g. lane-noprefetch-r184",
     )
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--once", action="store_true", help="3 forward+backward calls, for ncu")

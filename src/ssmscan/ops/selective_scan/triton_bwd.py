@@ -708,8 +708,15 @@ def launch(
     )
     # (NP, dim): the tile kernels' and the segments' 2-D local / carry passes'
     A2t = A2.t().contiguous() if not split or (nseg > 1 and not lane_local) else None
-    Bt = prep_BC(B, batch, NP)
-    Ct = prep_BC(C, batch, NP)
+    plain: dict[int, torch.Tensor] = {}
+
+    def plain_BC(i: int) -> torch.Tensor:
+        """(batch, G, L, NP) fp32 copy of B (i = 0) or C (1), the 2-D kernels' layout, made on
+        first use (the lane path needs none: host time of batch-1 calls)."""
+        if i not in plain:
+            plain[i] = prep_BC((B, C)[i], batch, NP)
+        return plain[i]
+
     Cl: torch.Tensor | None = None  # C's time-padded copy for the lane kernels
     dout_c = dout.contiguous()
     u_c = u.contiguous()
@@ -799,7 +806,7 @@ def launch(
             dout_c,
             delta_c,
             A2t,
-            Ct,
+            plain_BC(1),
             z_c,
             bias_c,
             seg_loc,
@@ -851,7 +858,7 @@ def launch(
             ck = torch.nn.functional.pad(ck, (0, NP - N))
         # every tile's start state, all chunks at once (Note [selective scan backward split])
         tstates = torch.empty((batch, dim, triton.cdiv(L, TT), NP), dtype=f32, device=dev)
-        states_args = (u_c, delta_c, A2_main, Bt, bias_c, ck, tstates, dim, L, G, NCK)
+        states_args: list[Any] = [u_c, delta_c, A2_main, None, bias_c, ck, tstates, dim, L, G, NCK]
         states_consts = dict(
             SOFTPLUS=delta_softplus,
             NP=NP,
@@ -864,7 +871,7 @@ def launch(
             grid = (triton.cdiv(dim, sbd), batch, NCK - 1)
             kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
             args = list(states_args)
-            args[3] = Bl = prep_BC(B, batch, NP, LP, TT)
+            args[3] = Bl = prep_BC(B, batch, NP, LP, TT)  # time-padded
             args.insert(9, LP)
             try:
                 kernel[grid](*args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, num_warps=sw)
@@ -876,7 +883,8 @@ def launch(
             sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP)
             launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
                 (triton.cdiv(dim, sbd), batch, NCK - 1)
-            ](*states_args, **states_consts, BLOCK_D=sbd, TT=TT, num_warps=sw)
+            ](*states_args[:3], plain_BC(0), *states_args[4:], **states_consts, BLOCK_D=sbd, TT=TT,
+              num_warps=sw)  # fmt: skip
         states: tuple[torch.Tensor | None, ...] = (tstates, seg_adj_main)
         kernel = triton_bwd_split._selective_scan_bwd_split_kernel
         extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)
@@ -893,7 +901,6 @@ def launch(
                     TPL=TPL,
                     EMU=not u.is_cuda,
                     PREFETCH=triton_bwd_lane.PREFETCH,
-                    LEAN=triton_bwd_lane.LEAN,
                     PREFETCH_BC=triton_bwd_lane.PREFETCH_BC,
                     **triton_bwd_lane.OPTIONS,
                 ),
@@ -959,14 +966,14 @@ def launch(
         )
 
     if lane_main is None:
-        run_main(kernel, Bt, Ct, (), extra, None)
+        run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None)
     else:
         try:
             run_main(*lane_main)
         except LaneLayoutError as e:  # checked before its first launch: nothing written
             BWD_VARIANT = "split"
             warnings.warn(f"{e}; using the split backward kernel from now on", stacklevel=2)
-            run_main(kernel, Bt, Ct, (), extra, None)
+            run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None)
     # the partial sums, each one kernel where the layouts allow (the host time of these small
     # launches is what bounds batch-1 calls)
     if split and NP == N:  # (dim, NP) partials: dA's own layout

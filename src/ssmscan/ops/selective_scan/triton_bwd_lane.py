@@ -49,9 +49,8 @@ LANE_KL = 4  # lanes per channel (the launcher passes lane_geometry(16): KL 4, T
 # the main kernel loads the next tile's inputs while one computes (a module constant so that the
 # benchmark can time both)
 PREFETCH = True
-# LEAN of the main kernel (bit 1: B_t / C_t reloaded in the adjoint) and extra launch options
-# (e.g. {"maxnreg": 184}); module constants so that the benchmark can time them
-LEAN = 0
+# extra launch options of the main kernel (e.g. {"maxnreg": 184}); a module constant so that the
+# benchmark can time register caps
 OPTIONS: dict[str, int] = {}
 # the next tile's B_t / C_t prefetched into L1 (``_prefetch_bc_l1``; H200, 2026-12-01, main
 # kernel ms off / on: 2.57 / 2.48 fp32, 2.36 / 2.36 bf16 at 8x4096x2048; 0.97 / 0.94, 0.89 / 0.90
@@ -204,7 +203,6 @@ def _selective_scan_bwd_lane_kernel(
     HAS_SEG: tl.constexpr,
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
     PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
-    LEAN: tl.constexpr = 0,  # bit 0: a_t recomputed in the adjoint; bit 1: B_t / C_t reloaded
     PREFETCH_BC: tl.constexpr = True,  # the next tile's B_t / C_t prefetched into L1
 ):
     """Note [selective scan backward lanes]."""
@@ -326,25 +324,15 @@ def _selective_scan_bwd_lane_kernel(
         b_gB = tl.zeros_like(b_u)
         for jj in tl.static_range(TT):
             j = TT - 1 - jj  # (tuples are indexed by the constexpr expression itself)
-            if LEAN & 2:  # B_t / C_t again (L1), not kept from the recompute
-                C_j = tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, SPT))
-                B_j = tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, SPT))
-            else:
-                C_j = Cs[TT - 1 - jj]
-                B_j = Bs[TT - 1 - jj]
-            if LEAN & 1:  # a_t again, not kept
-                a_j = tl.exp2(dt_all[TT - 1 - jj] * b_A2)
-            else:
-                a_j = a_all[TT - 1 - jj]
-            g = G_adj + C_j * dy_all[TT - 1 - jj]
-            ga = g * a_j
+            g = G_adj + Cs[TT - 1 - jj] * dy_all[TT - 1 - jj]
+            ga = g * a_all[TT - 1 - jj]
             if jj == TT - 1:
                 q = ga * hs
             else:
                 q = ga * h_all[TT - 2 - jj]
             dA_acc += q * dt_all[TT - 1 - jj]
             b_qA = tl.where(o_j == j, _sum_states(q * b_A2)[:, None, None], b_qA)
-            b_gB = tl.where(o_j == j, _sum_states(g * B_j)[:, None, None], b_gB)
+            b_gB = tl.where(o_j == j, _sum_states(g * Bs[TT - 1 - jj])[:, None, None], b_gB)
             _store_rs8l(dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
             G_adj = ga
         b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
