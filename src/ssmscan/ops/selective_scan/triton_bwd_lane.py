@@ -1,4 +1,5 @@
-"""The "lane" main kernel of ``ssmscan::selective_scan_bwd`` (CUDA; ``BWD_VARIANT = "lane"``).
+"""The "lane" kernels of ``ssmscan::selective_scan_bwd`` (CUDA; ``BWD_VARIANT = "lane"``, the default):
+the main kernel and the segments' local pass.
 
 Note [selective scan backward lanes]
 ------------------------------------
@@ -21,9 +22,25 @@ Both shuffles rely on Triton's layouts: ``lane_layout_problem`` (``triton_fwd_la
 2-4 on the channel). The eager launcher runs both on every kernel it compiles before its first
 launch; the launcher falls back to the split kernel when they fail.
 
-Status (2026-12-01): written and checked offline only (interpreter vs float64; sm_90 SASS and
-TTGIR layouts, ``tests/ops/selective_scan/lane_layout_check.py``) when the session's GPU time had
-run out; not the default until it has run on a GPU.
+Each iteration loads the *next* tile's start state and u / delta / dout / z (``PREFETCH``,
+carried through the loop; 255 registers, no spills) and prefetches its B_t / C_t rows into L1
+(``_prefetch_bc_l1``, ``PREFETCH_BC``: a hint, one ``prefetch.global.L1`` per thread and tile).
+Why: Nsight Compute on the kernel without them (H200, (8, 4096, 2048, 16) bf16): 2 warps per
+scheduler (255 registers), issue slots 41% busy, 37% of the cycles between a warp's instructions
+waiting on global loads; cutting instructions (129 here vs the split kernel's 151 per step) had
+bought only 1-3%. With the tile prefetch the kernel went 2.66 -> 2.36 ms bf16, 2.64 -> 2.57 fp32
+there, 0.98 -> 0.89 / 0.98 -> 0.97 at (16, 1536, 1024, 16); the L1 prefetch then 2.57 -> 2.48
+fp32 (bf16 unchanged) and 4.91 -> 4.63 ms for the whole forward+backward at (1, 1024, 65536, 16)
+bf16. Register caps (``maxnreg`` 200 / 184 / 168, 10-12 warps per multiprocessor) spill and were
+13-45% slower; reloading B_t / C_t in the adjoint instead of keeping them, 15-20% slower.
+
+Status: the default backward main kernel since 2026-12-01 (seventh session): correct against
+float64 on the H200 in fp32 / bf16 / fp16 (``gpu_errors.py``, the GPU tests), faster than the
+split kernel at every benchmark shape but (1, 1024, 65536) bf16 without the L1 prefetch.
+
+The segments' local pass (Note [selective scan segments]) has a lane kernel here too
+(``_selective_scan_bwd_lane_local_kernel``: the adjoint alone on the lane tiles, next tile
+prefetched; only ``shfl.sync.idx`` broadcasts, checked like the forward's).
 """
 
 from __future__ import annotations

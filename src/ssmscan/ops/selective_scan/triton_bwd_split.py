@@ -1,5 +1,7 @@
-"""The "split" kernels of ``ssmscan::selective_scan_bwd`` (CUDA, the default backward where
-``applies``): the forward's layout.
+"""The "split" kernels of ``ssmscan::selective_scan_bwd`` (CUDA, where ``applies``): the forward's
+layout. Since 2026-12-01 (seventh session) the default main kernel on this path is the lane one
+(``triton_bwd_lane``); the split main kernel here is its fallback when the lane kernel fails its
+layout check (and ``BWD_VARIANT = "split"``).
 
 Note [selective scan backward split]
 ------------------------------------

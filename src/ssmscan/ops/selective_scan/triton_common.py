@@ -14,7 +14,8 @@ without which Triton vectorizes the state accesses along the channels, putting 4
 thread and the states over threads *and warps* (shared memory and barriers every step). The
 forward instead spreads a channel's states over NP / 4 threads of one warp, state-contiguous
 (dim, NP) buffers, for 4x the warps (Note [selective scan forward layout] in ``triton_fwd``), and
-so does the "split" backward (Note [selective scan backward split] in ``triton_bwd_split``).
+so do the "split" and "lane" backward kernels (Note [selective scan backward split] in
+``triton_bwd_split``, Note [selective scan backward lanes] in ``triton_bwd_lane``).
 The launchers prepare, once per call:
 
 * ``A2`` (dim, NP) fp32 (forward, split backward) and its transpose ``A2t`` (NP, dim) (the
@@ -47,6 +48,9 @@ The backward mirrors it with the adjoint, which needs no states: g_t = C_t dy_t 
 (Note [selective scan backward]); a local reverse pass per segment from a zero adjoint, a carry
 pass from the right, then the real backward per segment from its carried adjoint. With one
 segment (enough channels) passes 1 and 2 are skipped and the walk is the plain sequential one.
+On the lane backward's path the local pass runs on the lane forward's tiles
+(``triton_bwd_lane._selective_scan_bwd_lane_local_kernel``) and the carry pass reads and writes
+(dim, NP) buffers (``DN``): H200, 2026-12-01, 1.16 -> 0.43 ms at (1, 1024, 65536, 16).
 """
 
 from __future__ import annotations
