@@ -1,5 +1,5 @@
-"""The "lane" kernels of ``ssmscan::selective_scan_bwd`` (CUDA; ``BWD_VARIANT = "lane"``, the default):
-the main kernel and the segments' local pass.
+"""The "lane" kernels of ``ssmscan::selective_scan_bwd`` (CUDA; ``BWD_VARIANT = "lane"``, the
+default): the main kernel and the segments' local pass.
 
 Note [selective scan backward lanes]
 ------------------------------------
