@@ -781,27 +781,10 @@ def launch(
             lane_local = False
             A2t = A2.t().contiguous()
             dlast_t = states_major(dlast_state) if dlast_state is not None else None
-        else:
-            seg_adj = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
-            launcher(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
-                A2,
-                dlast_dn,
-                seg_loc,
-                seg_dt,
-                seg_adj,
-                dim,
-                nseg,
-                NP=NP,
-                BLOCK_D=block_d,
-                HAS_DLAST=dlast_state is not None,
-                DN=True,
-                num_warps=warps,
-            )
     if nseg > 1 and not lane_local:
-        # Note [selective scan segments]: local adjoint pass, carry pass from the right
+        # Note [selective scan segments]: the 2-D local adjoint pass, (NP, dim) buffers
         seg_loc = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
-        seg_adj = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         launcher(_selective_scan_bwd_local_kernel)[(nblk, batch, nseg)](
             dout_c,
             delta_c,
@@ -824,9 +807,11 @@ def launch(
             HAS_BIAS=delta_bias is not None,
             num_warps=warps,
         )
+    if nseg > 1:  # carry pass from the right, in the local pass's layout
+        seg_adj = torch.empty_like(seg_loc)
         launcher(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
-            A2t,
-            dlast_t,
+            A2 if lane_local else A2t,
+            dlast_dn if lane_local else dlast_t,
             seg_loc,
             seg_dt,
             seg_adj,
@@ -835,6 +820,7 @@ def launch(
             NP=NP,
             BLOCK_D=block_d,
             HAS_DLAST=dlast_state is not None,
+            DN=lane_local,
             num_warps=warps,
         )
     # the state-shaped buffers read / written once: (NP, dim) for the tile kernels, (dim, NP)
