@@ -365,6 +365,29 @@ def test_triton_interpreter_lane_local_pass(split_backward):
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize(
+    "batch,dim,L,N,groups", [(2, 8, 40, 16, None), (1, 16, 41, 12, 2)], ids=["G1-N16", "G2-N12"]
+)
+def test_triton_interpreter_finish_kernel(batch, dim, L, N, groups, monkeypatch):
+    """``FINISH_KERNEL``: dB / dC summed over the blocks and transposed by one Triton kernel
+    (groups: each sums its own blocks; N < NP: the padded states are not written)."""
+    from ssmscan.ops.selective_scan import triton_bwd
+
+    monkeypatch.setattr(triton_bwd, "FINISH_KERNEL", True)
+    launched = []
+    real = triton_bwd.launcher
+
+    def spy(kernel, *a):
+        launched.append(kernel.__name__)
+        return real(kernel, *a)
+
+    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    _run_case(batch, dim, L, N, groups, True, True, False, torch.float32, True)
+    assert "_selective_scan_bwd_sum_partials_kernel" in launched
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_split_backward_falls_back(split_backward):
     """N = 4 (NP 4) and 12 channels per group are not the split kernel's: tile_rs runs."""
     _run_case(1, 5, 40, 4, None, True, True, False, torch.float32, True)
@@ -444,6 +467,24 @@ def test_triton_gpu_split_backward(batch, dim, L, N, groups, dtype, split_backwa
     from ssmscan.ops.selective_scan import triton_bwd
 
     assert triton_bwd.BWD_VARIANT == split_backward.variant  # no layout-check fallback
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "batch,dim,L,N,groups",
+    [(2, 64, 512, 16, None), (1, 96, 2048, 12, 3), (4, 2048, 768, 16, None)],
+    ids=["B2-D64-L512", "B1-D96-L2048-N12-G3", "B4-D2048-L768"],
+)
+def test_triton_gpu_finish_kernel(batch, dim, L, N, groups, dtype, monkeypatch):
+    """``FINISH_KERNEL`` on the GPU (off by default until timed there)."""
+    from ssmscan.ops.selective_scan import triton_bwd
+
+    monkeypatch.setattr(triton_bwd, "FINISH_KERNEL", True)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
 
 
 def _offset(t, k):

@@ -564,6 +564,49 @@ def _selective_scan_bwd_carry_kernel(
         tl.store(seg_adj + p - SZ, G_adj, mask=m_d[:, None])
 
 
+@triton.jit
+def _selective_scan_bwd_sum_partials_kernel(
+    part,  # (2, G * NBG, batch, L, NP) fp32: the per-block dB partials, then the dC ones
+    dB,  # (batch, G, N, L) out, B's dtype
+    dC,  # (batch, G, N, L) out, C's dtype
+    NBG,  # channel blocks per group
+    batch,
+    L,
+    G,
+    N: tl.constexpr,
+    NP: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """dB / dC (program axis 2: which) = the sum of their per-block partials over a group's
+    blocks, in fixed order (deterministic), written transposed to (N, L) and cast: what the
+    launcher's ``torch.sum`` + transposing copy do, in one launch for both (``FINISH_KERNEL``)."""
+    i_l = tl.program_id(0)
+    i_bg = tl.program_id(1)
+    which = tl.program_id(2)
+    b = (i_bg // G).to(tl.int64)
+    g = i_bg % G
+    o_l = i_l * BLOCK_L + tl.arange(0, BLOCK_L)
+    o_n = tl.arange(0, NP)
+    m = (o_l < L)[:, None]
+    stride = (b * 0 + batch) * L * NP  # one block's partial, int64 (batch may be a constexpr 1)
+    p = (
+        part
+        + (which * G + g).to(tl.int64) * NBG * stride
+        + b * L * NP
+        + o_l[:, None] * NP
+        + o_n[None, :]
+    )
+    acc = tl.zeros((BLOCK_L, NP), dtype=tl.float32)
+    for j in tl.range(0, NBG, loop_unroll_factor=4):
+        acc += tl.load(p + j * stride, mask=m, other=0.0)
+    off = ((b * G + g) * N + o_n[None, :]) * L + o_l[:, None]
+    mo = m & (o_n < N)[None, :]
+    if which == 0:
+        tl.store(dB + off, acc.to(dB.dtype.element_ty), mask=mo)
+    else:
+        tl.store(dC + off, acc.to(dC.dtype.element_ty), mask=mo)
+
+
 # Which main kernel ``launch`` uses (Note [selective scan backward tiles]); a module constant so
 # the benchmark can time them side by side: "tile" reads and writes (BLOCK_D, 4) tiles with one
 # channel per thread and sums dB / dC with ``tl.sum``, "tile_rs" sums them by a one-warp
@@ -594,6 +637,10 @@ BWD_VARIANT = "lane"
 # the segments' local pass on the lane forward's tiles (``triton_bwd_lane``) on the split path; a
 # module constant so that the benchmark can time the 2-D one beside it
 LANE_LOCAL = True
+# the dB / dC partial sums (and the transposing copy into the gradients) by one Triton kernel
+# (``_selective_scan_bwd_sum_partials_kernel``) instead of torch.sum + copy per gradient: fewer
+# launches (host time at batch 1) and one pass; not yet timed on a GPU, so off by default
+FINISH_KERNEL = False
 
 
 def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
@@ -903,8 +950,8 @@ def launch(
         kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT in ("split", "lane") else BWD_VARIANT]
         extra = variant_constexprs(kernel, u.is_cuda, block_d, warps)
     dAp = torch.empty((batch, nseg, *state_shape), dtype=f32, device=dev)
-    dBp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
-    dCp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
+    dBCp = torch.empty((2, nblk, batch, L, NP), dtype=f32, device=dev)  # dB's, dC's partials
+    dBp, dCp = dBCp[0], dBCp[1]
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
@@ -970,9 +1017,15 @@ def launch(
         dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L), one cast-and-
     # transpose copy into the gradient
-    for grad, part in ((dB, dBp), (dC, dCp)):
-        red = part.view(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
-        grad.view(batch, G, N, L).copy_(red)
+    if FINISH_KERNEL and dB.is_contiguous() and dC.is_contiguous():
+        block_l = 64 if batch * G * triton.cdiv(L, 64) >= 256 else 32
+        launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l), batch * G, 2)](
+            dBCp, dB, dC, nblk // G, batch, L, G, N=N, NP=NP, BLOCK_L=block_l, num_warps=4
+        )
+    else:
+        for grad, part in ((dB, dBp), (dC, dCp)):
+            red = part.view(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
+            grad.view(batch, G, N, L).copy_(red)
     if dD is not None:
         assert dDp is not None  # both are allocated iff D is given
         torch.sum(dDp, (0, 1), out=dD)
