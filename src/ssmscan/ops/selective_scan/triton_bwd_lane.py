@@ -128,6 +128,7 @@ def _prefetch_bc_l1(Bt, Ct, row0, BLOCK_D: tl.constexpr, KL: tl.constexpr, NP: t
     time-padded copies (2 x 512 bytes): one 32-byte sector per thread of the (BLOCK_D, KL) =
     (8, 4) warp. A hint: nothing is read into registers, so no layout assumption (a different
     layout only prefetches a sector twice); nothing under the interpreter."""
+    tl.static_assert(NP == 16 and BLOCK_D * KL == 32)  # 8 steps x 16 states = 16 sectors each
     if _PTX:
         i = tl.arange(0, BLOCK_D)[:, None] * KL + tl.arange(0, KL)[None, :]  # 0 .. 31
         off = row0 + (i % 16) * 8  # 16 sectors of 8 floats: 8 steps x NP = 16 states
