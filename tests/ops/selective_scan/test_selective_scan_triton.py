@@ -353,10 +353,9 @@ def test_triton_interpreter_split_backward(
 def test_triton_interpreter_lane_local_pass(split_backward):
     """L = 300 (a chunk and a partial one) in segments: the lane local pass and the carry pass in
     the (dim, NP) layout run and the gradients match float64 (dlast given: the carry pass starts
-    from it; two groups of B / C; N = 12, padded to 16); in one segment (L = 40 there: the
-    interpreter's time) neither runs."""
-    L = 300 if split_backward.variant_segments == "segments" else 40
-    _run_case(1, 16, L, 12, 2, True, True, True, torch.float32, True)
+    from it; two groups of B / C; N = 12, padded to 16); with L kept in one segment neither runs
+    (two chunks there too, so that the split policy, not L, decides)."""
+    _run_case(1, 16, 300, 12, 2, True, True, True, torch.float32, True)
     assert split_backward == [True]
     segmented = "_selective_scan_bwd_carry_kernel" in split_backward.kernels
     assert segmented == (split_backward.variant_segments == "segments")
