@@ -28,14 +28,24 @@ def parse_shapes(s: str | None) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in x.split("x")) for x in s.split(",")]
 
 
-def breakdown(kw: dict, dout: torch.Tensor, calls: int = 5) -> tuple[float, list]:
-    """(us per call on the GPU in all, [(kernel, us per call), ...] largest first)."""
+def breakdown(
+    kw: dict, dout: torch.Tensor, calls: int = 5, fwd_only: bool = False
+) -> tuple[float, list]:
+    """(us per call on the GPU in all, [(kernel, us per call), ...] largest first), of forward+
+    backward calls (of forward calls with ``fwd_only``)."""
+
+    def call() -> None:
+        if fwd_only:
+            bench_gpu.ours_fwd(kw)
+        else:
+            bench_gpu.ours_fwd_bwd(kw, dout)
+
     for _ in range(3):
-        bench_gpu.ours_fwd_bwd(kw, dout)
+        call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            bench_gpu.ours_fwd_bwd(kw, dout)
+            call()
         torch.cuda.synchronize()
     per: dict[str, float] = collections.defaultdict(float)
     for ev in prof.events():
@@ -55,21 +65,23 @@ def main() -> None:
         help="BWD_VARIANT values with options (bench_gpu.set_variant), e.g. lane-noprefetch-r184",
     )
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--fwd", action="store_true", help="--breakdown of forward calls only")
     ap.add_argument("--once", action="store_true", help="3 forward+backward calls, for ncu")
     a = ap.parse_args()
     for shape in parse_shapes(a.shapes):
         for dn in a.dtypes.split(","):
             kw = bench_gpu.make(*shape, DTYPES[dn])
             dout = torch.randn_like(kw["u"])
-            for var in a.bwd_variants.split(","):
+            for var in a.bwd_variants.split(",")[: 1 if a.fwd else None]:
                 bench_gpu.set_variant(var)
                 if a.once:
                     for _ in range(3):
                         bench_gpu.ours_fwd_bwd(kw, dout)
                     torch.cuda.synchronize()
                     continue
-                total, rows = breakdown(kw, dout)
-                print(f"\n{list(shape)} {dn} bwd={var}: {total:.0f} us of kernels per call")
+                total, rows = breakdown(kw, dout, fwd_only=a.fwd)
+                what = "fwd" if a.fwd else f"bwd={var}"
+                print(f"\n{list(shape)} {dn} {what}: {total:.0f} us of kernels per call")
                 for name, us in rows:
                     print(f"  {us:8.1f} us {100 * us / total:5.1f}%  {name}")
 
