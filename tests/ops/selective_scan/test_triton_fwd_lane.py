@@ -162,19 +162,34 @@ def test_padded_steps():
             assert LP >= (-(-L // TT) + 1) * TT and LP % 16 == 0, (L, TT, LP)
 
 
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available(),
+    reason="runs its Triton kernel under TRITON_INTERPRET=1 or on a GPU",
+)
 @pytest.mark.parametrize("N,NP", [(16, 16), (12, 16)])
-def test_prep_bc_pads_the_last_tile_with_zeros(N, NP):
+def test_prep_bc_lane_copies_and_pads_with_zeros(N, NP):
     """The lane kernels compute the last tile's padded steps with dt = 0 (decay 1, input 0 * B):
-    those B / C rows must be finite, so zero; padded states too. Rows past the last tile only
-    feed the prefetch (never used) and may stay uninitialized."""
-    from ssmscan.ops.selective_scan.triton_common import prep_BC
+    those B / C rows must be finite, so zero; padded states too. ``prep_BC_lane`` makes both
+    copies in one launch from any strides (here a transposed C, a 3-D B); ``prep_BC`` the 2-D
+    kernels' (no time padding)."""
+    from ssmscan.ops.selective_scan.triton_common import prep_BC, prep_BC_lane
 
-    L, TT = 21, 8
-    X = torch.randn(2, 3, N, L)
-    xt = prep_BC(X, 2, NP, 48, TT)
-    assert xt.shape == (2, 3, 48, NP) and xt.dtype == torch.float32
-    torch.testing.assert_close(xt[:, :, :L, :N], X.transpose(2, 3), rtol=0, atol=0)
-    assert (xt[:, :, L:24] == 0).all()  # the rest of the last tile
-    assert (xt[:, :, :, N:] == 0).all()  # padded states
+    dev = "cuda" if os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    L, steps = 21, 48
+    X = torch.randn(2, 3, N, L, device=dev)
+    Y = torch.randn(2, 3, L, N, device=dev).transpose(2, 3)  # C not contiguous
+    bt, ct = prep_BC_lane(X, Y, 2, NP, steps)
+    for xt, x in ((bt, X), (ct, Y)):
+        assert xt.shape == (2, 3, steps, NP) and xt.dtype == torch.float32
+        torch.testing.assert_close(xt[:, :, :L, :N], x.transpose(2, 3), rtol=0, atol=0)
+        assert (xt[:, :, L:] == 0).all()  # padded steps
+        assert (xt[:, :, :, N:] == 0).all()  # padded states
+    b3, c3 = prep_BC_lane(X[:, 0], Y[:, 1].to(torch.bfloat16), 2, NP, 24)  # 3-D, mixed dtypes
+    assert b3.shape == (2, 1, 24, NP)
+    torch.testing.assert_close(b3[:, 0, :L, :N], X[:, 0].transpose(1, 2), rtol=0, atol=0)
+    torch.testing.assert_close(
+        c3[:, 0, :L, :N], Y[:, 1].to(torch.bfloat16).float().transpose(1, 2), rtol=0, atol=0
+    )
     grouped = prep_BC(X[:, 0], 2, NP)  # 3-D B, no time padding: (batch, 1, L, NP)
     assert grouped.shape == (2, 1, L, NP)
+    torch.testing.assert_close(grouped[:, 0, :, :N], X[:, 0].transpose(1, 2), rtol=0, atol=0)

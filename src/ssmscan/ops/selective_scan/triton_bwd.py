@@ -81,6 +81,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     pad_states,
     prep_A,
     prep_BC,
+    prep_BC_lane,
     segments,
 )
 from ssmscan.ops.selective_scan.triton_fwd import _col
@@ -565,6 +566,16 @@ def _selective_scan_bwd_carry_kernel(
 
 
 @triton.jit
+def _sum_partials_group(p, j0, stride, m, NBG, U: tl.constexpr):
+    """Partials j0 .. j0 + U - 1 of a (BLOCK_L, NP) tile (those past NBG masked: not read)."""
+    xs = ()
+    for i in tl.static_range(U):
+        x = tl.load(p + (j0 + i) * stride, mask=m & (j0 + i < NBG), other=0.0)
+        xs = xs + (x,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    return xs
+
+
+@triton.jit
 def _selective_scan_bwd_sum_partials_kernel(
     part,  # (2, G * NBG, batch, L, NP) fp32: the per-block dB partials, then the dC ones
     dB,  # (batch, G, N, L) out, B's dtype
@@ -576,10 +587,18 @@ def _selective_scan_bwd_sum_partials_kernel(
     N: tl.constexpr,
     NP: tl.constexpr,
     BLOCK_L: tl.constexpr,
+    U: tl.constexpr,  # partials loaded per group
+    PIPE: tl.constexpr = True,  # the next group's loads issued before the current one's adds
 ):
     """dB / dC (program axis 2: which) = the sum of their per-block partials over a group's
     blocks, in fixed order (deterministic), written transposed to (N, L) and cast: what the
-    launcher's ``torch.sum`` + transposing copy do, in one launch for both (``FINISH_KERNEL``)."""
+    launcher's ``torch.sum`` + transposing copy do, in one launch for both (``FINISH_KERNEL``).
+
+    A pure stream (the partials are nblk times the gradients' size: 268 MB at (8, 4096, 2048,
+    16)), so what sets its speed is the bytes in flight per thread: the partials come in groups
+    of U loads, the next group loading while the current one is added (PIPE; without it ptxas
+    puts each add right behind its load, and a loop of ``acc +=`` over 2 loads at a time ran at
+    ~1 TB/s on the H200)."""
     i_l = tl.program_id(0)
     i_bg = tl.program_id(1)
     which = tl.program_id(2)
@@ -597,14 +616,30 @@ def _selective_scan_bwd_sum_partials_kernel(
         + o_n[None, :]
     )
     acc = tl.zeros((BLOCK_L, NP), dtype=tl.float32)
-    for j in tl.range(0, NBG, loop_unroll_factor=4):
-        acc += tl.load(p + j * stride, mask=m, other=0.0)
-    off = ((b * G + g) * N + o_n[None, :]) * L + o_l[:, None]
-    mo = m & (o_n < N)[None, :]
-    if which == 0:
-        tl.store(dB + off, acc.to(dB.dtype.element_ty), mask=mo)
+    if PIPE:
+        nxt = _sum_partials_group(p, 0, stride, m, NBG, U)
+        for j0 in range(U, NBG + U, U):
+            cur = nxt
+            nxt = _sum_partials_group(p, j0, stride, m, NBG, U)
+            t = cur[0]
+            for i in tl.static_range(1, U):
+                t += cur[i]
+            acc += t
     else:
-        tl.store(dC + off, acc.to(dC.dtype.element_ty), mask=mo)
+        for j0 in range(0, NBG, U):
+            cur = _sum_partials_group(p, j0, stride, m, NBG, U)
+            t = cur[0]
+            for i in tl.static_range(1, U):
+                t += cur[i]
+            acc += t
+    # stored (NP, BLOCK_L): consecutive steps on consecutive lanes (the gradients' last dimension)
+    off = ((b * G + g) * N + o_n[:, None]) * L + o_l[None, :]
+    mo = (o_l < L)[None, :] & (o_n < N)[:, None]
+    acc_t = tl.trans(acc)
+    if which == 0:
+        tl.store(dB + off, acc_t.to(dB.dtype.element_ty), mask=mo)
+    else:
+        tl.store(dC + off, acc_t.to(dC.dtype.element_ty), mask=mo)
 
 
 # Which main kernel ``launch`` uses (Note [selective scan backward tiles]); a module constant so
@@ -641,6 +676,10 @@ LANE_LOCAL = True
 # (``_selective_scan_bwd_sum_partials_kernel``) instead of torch.sum + copy per gradient: fewer
 # launches (host time at batch 1) and one pass; not yet timed on a GPU, so off by default
 FINISH_KERNEL = False
+# the finish kernel's partials per load group and values per program and partial (module
+# constants so that the benchmark can time them)
+SUM_UNROLL = 8
+SUM_VALUES = 512
 
 
 def variant_constexprs(kernel, on_gpu: bool, block_d: int, warps: int) -> dict[str, int | bool]:
@@ -764,7 +803,14 @@ def launch(
             plain[i] = prep_BC((B, C)[i], batch, NP)
         return plain[i]
 
-    Cl: torch.Tensor | None = None  # C's time-padded copy for the lane kernels
+    lane_bc: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def lane_BC() -> tuple[torch.Tensor, torch.Tensor]:
+        """B's and C's time-padded copies for the lane kernels, both in one launch, on first use."""
+        if not lane_bc:
+            lane_bc.append(prep_BC_lane(B, C, batch, NP, LP))
+        return lane_bc[0]
+
     dout_c = dout.contiguous()
     u_c = u.contiguous()
     delta_c = delta.contiguous()
@@ -789,7 +835,6 @@ def launch(
     seg_adj = None
     if lane_local:
         # Note [selective scan segments] on the lane tiles, every state buffer (dim, NP)
-        Cl = prep_BC(C, batch, NP, LP, TT)
         seg_loc = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
@@ -801,7 +846,7 @@ def launch(
                 dout_c,
                 delta_c,
                 A2,
-                Cl,
+                lane_BC()[1],
                 z_c,
                 bias_c,
                 seg_loc,
@@ -904,7 +949,7 @@ def launch(
             grid = (triton.cdiv(dim, sbd), batch, NCK - 1)
             kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
             args = list(states_args)
-            args[3] = Bl = prep_BC(B, batch, NP, LP, TT)  # time-padded
+            args[3] = lane_BC()[0]  # time-padded
             args.insert(9, LP)
             try:
                 kernel[grid](*args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, num_warps=sw)
@@ -922,12 +967,9 @@ def launch(
         kernel = triton_bwd_split._selective_scan_bwd_split_kernel
         extra: dict[str, int | bool] = dict(TT=TT, EMU=not u.is_cuda)
         if BWD_VARIANT == "lane" and KL * TPL == TT:  # Note [selective scan backward lanes]
-            if not lane:
-                Bl = prep_BC(B, batch, NP, LP, TT)
             lane_main = (
                 triton_bwd_lane._selective_scan_bwd_lane_kernel,
-                Bl,
-                Cl if Cl is not None else prep_BC(C, batch, NP, LP, TT),
+                *lane_BC(),
                 (LP,),
                 dict(
                     KL=KL,
@@ -1018,9 +1060,21 @@ def launch(
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L), one cast-and-
     # transpose copy into the gradient
     if FINISH_KERNEL and dB.is_contiguous() and dC.is_contiguous():
-        block_l = 64 if batch * G * triton.cdiv(L, 64) >= 256 else 32
+        # 4 partial values per thread and load (one 16-byte load), SUM_UNROLL loads a group
+        block_l = max(1, SUM_VALUES // NP)
         launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l), batch * G, 2)](
-            dBCp, dB, dC, nblk // G, batch, L, G, N=N, NP=NP, BLOCK_L=block_l, num_warps=4
+            dBCp,
+            dB,
+            dC,
+            nblk // G,
+            batch,
+            L,
+            G,
+            N=N,
+            NP=NP,
+            BLOCK_L=block_l,
+            U=SUM_UNROLL,
+            num_warps=4,
         )
     else:
         for grad, part in ((dB, dBp), (dC, dCp)):

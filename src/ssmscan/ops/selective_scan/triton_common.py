@@ -223,28 +223,84 @@ def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
     return a2.contiguous()
 
 
-def prep_BC(
-    X: torch.Tensor, batch: int, NP: int, steps: int | None = None, tile: int = 1
-) -> torch.Tensor:
-    """B or C, (batch, N, L) or (batch, G, N, L) -> (batch, G, steps, NP) fp32 (steps >= L,
-    default L), zero-padded states; of the padded steps only those up to a multiple of ``tile``
-    are zeroed (the lane forward's last tile computes them; the rest only feed its prefetch and
-    are never used). One copy kernel (cast and transpose together), one more for a zero pad."""
+def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:
+    """B or C, (batch, N, L) or (batch, G, N, L) -> (batch, G, L, NP) fp32, zero-padded states:
+    the 2-D kernels' copies (one copy kernel: cast and transpose together); the lane kernels'
+    time-padded ones are ``prep_BC_lane``'s."""
     if X.dim() == 3:
         X = X.unsqueeze(1)
     _b, G, N, L = X.shape
-    steps = L if steps is None else steps
-    shape = (batch, G, steps, NP)
+    shape = (batch, G, L, NP)
     if NP == N:
         xt = torch.empty(shape, dtype=torch.float32, device=X.device)
-        xt[:, :, :L].copy_(X.transpose(2, 3))
-        pad = min(-(-L // tile) * tile, steps)
-        if pad > L:
-            xt[:, :, L:pad].zero_()
+        xt.copy_(X.transpose(2, 3))
     else:
         xt = torch.zeros(shape, dtype=torch.float32, device=X.device)
-        xt[:, :, :L, :N].copy_(X.transpose(2, 3))
+        xt[..., :N].copy_(X.transpose(2, 3))
     return xt
+
+
+@triton.jit
+def _prep_bc_kernel(
+    B,  # (batch, G, N, L) any strides (elements: sBb, sBg, sBn, sBl), any float dtype
+    C,  # (batch, G, N, L) any strides (sCb, sCg, sCn, sCl)
+    out,  # (2, batch, G, LP, NP) fp32 out: B's then C's time-major copy
+    batch,
+    G,
+    N,
+    L,
+    LP,
+    sBb,
+    sBg,
+    sBn,
+    sBl,
+    sCb,
+    sCg,
+    sCn,
+    sCl,
+    NP: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    """``prep_BC_lane``: BLOCK_T steps of B (program axis 2 = 0) or C (1) of one (batch, group),
+    cast to fp32 and transposed, zeros at the padded states and steps."""
+    i_t = tl.program_id(0)
+    i_bg = tl.program_id(1)
+    which = tl.program_id(2)
+    b = (i_bg // G).to(tl.int64)
+    g = (i_bg % G).to(tl.int64)
+    o_t = i_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    o_n = tl.arange(0, NP)
+    m = (o_n < N)[:, None] & (o_t < L)[None, :]  # loaded (NP, BLOCK_T): steps contiguous
+    if which == 0:
+        p = B + b * sBb + g * sBg + o_n[:, None].to(tl.int64) * sBn + o_t[None, :] * sBl
+        x = tl.load(p, mask=m, other=0.0).to(tl.float32)
+    else:
+        p = C + b * sCb + g * sCg + o_n[:, None].to(tl.int64) * sCn + o_t[None, :] * sCl
+        x = tl.load(p, mask=m, other=0.0).to(tl.float32)
+    base = ((which * batch + b) * G + g) * LP * NP
+    q = out + base + o_t[:, None] * NP + o_n[None, :]
+    tl.store(q, tl.trans(x), mask=(o_t < LP)[:, None])
+
+
+def prep_BC_lane(
+    B: torch.Tensor, C: torch.Tensor, batch: int, NP: int, steps: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """B and C, (batch, N, L) or (batch, G, N, L), any strides -> their (batch, G, steps, NP)
+    fp32 time-major copies, zero-padded states and steps (``steps`` >= L): ``prep_BC``'s lane
+    copies, both in one kernel launch (one launch fewer, no separate pad: host time of batch-1
+    calls) into one buffer; the two are views of it."""
+    from ssmscan.ops.common.triton_launch import launcher
+
+    if B.dim() == 3:
+        B, C = B.unsqueeze(1), C.unsqueeze(1)
+    _b, G, N, L = B.shape
+    out = torch.empty((2, batch, G, steps, NP), dtype=torch.float32, device=B.device)
+    block_t = 64
+    launcher(_prep_bc_kernel)[(triton.cdiv(steps, block_t), batch * G, 2)](
+        B, C, out, batch, G, N, L, steps, *B.stride(), *C.stride(), NP=NP, BLOCK_T=block_t,
+        num_warps=4,
+    )  # fmt: skip
+    return out[0], out[1]
 
 
 def num_groups(B: torch.Tensor) -> int:

@@ -59,6 +59,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     pad_states,
     prep_A,
     prep_BC,
+    prep_BC_lane,
     segments,
 )
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
@@ -429,12 +430,16 @@ def _launch(
     # differently and it ran slower (H200, 2026-12-01: 0.73 vs 0.68 ms at (8, 4096, 2048, 16),
     # 0.34 vs 0.31 at (16, 1536, 1024, 16); bf16 the same either way, 0.66 ms)
     a_raw = lane and direct and u.dtype != f32 and A.dtype == f32 and A.is_contiguous()
+    if lane:  # both copies in one launch
+        Bt, Ct = prep_BC_lane(B, C, batch, NP, LP)
+    else:
+        Bt, Ct = prep_BC(B, batch, NP), prep_BC(C, batch, NP)
     args: dict[str, torch.Tensor | int | None] = dict(
         u=u.contiguous(),
         delta=delta.contiguous(),
         A2=A if a_raw else prep_A(A, NP),
-        Bt=prep_BC(B, batch, NP, LP, TT),
-        Ct=prep_BC(C, batch, NP, LP, TT),
+        Bt=Bt,
+        Ct=Ct,
         Dv=D.to(f32).contiguous() if D is not None else None,
         z=z.contiguous() if z is not None else None,
         delta_bias=delta_bias.to(f32).contiguous() if delta_bias is not None else None,
