@@ -62,15 +62,13 @@ def set_target_warps(w: int) -> None:
 _DEFAULTS = {
     "pbc": triton_bwd_lane.PREFETCH_BC,
     "finish": triton_bwd.FINISH_KERNEL,
-    "atomic": triton_bwd.DBC_ATOMIC,
 }
 
 
 def set_variant(spec: str) -> None:
     """``spec``: BWD_VARIANT[-option...], the options: noprefetch (``triton_bwd_lane.PREFETCH``
     off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), finish / nofinish
-    (``triton_bwd.FINISH_KERNEL`` on / off), atomic / noatomic (``triton_bwd.DBC_ATOMIC``
-    "always" / "never"), 2dlocal
+    (``triton_bwd.FINISH_KERNEL`` on / off), 2dlocal
     (``triton_bwd.LANE_LOCAL`` off), rN (maxnreg N of the lane main kernel), fN (maxnreg N of
     the lane forward); e.g. lane-noprefetch-r184. Options not named are the library's
     defaults."""
@@ -83,9 +81,6 @@ def set_variant(spec: str) -> None:
         triton_bwd_lane.PREFETCH_BC = _DEFAULTS["pbc"]
     triton_bwd.LANE_LOCAL = "2dlocal" not in opts
     triton_bwd.FINISH_KERNEL = "finish" in opts or (_DEFAULTS["finish"] and "nofinish" not in opts)
-    triton_bwd.DBC_ATOMIC = (
-        "always" if "atomic" in opts else "never" if "noatomic" in opts else _DEFAULTS["atomic"]
-    )
     cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rf" and o[1:].isdigit()}
     triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
     triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}

@@ -76,6 +76,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     _sigmoid,
     _softplus,
     _tile_inputs,
+    as_f32,
     block_channels,
     num_groups,
     pad_states,
@@ -576,6 +577,39 @@ def _sum_partials_group(p, j0, stride, m, NBG, U: tl.constexpr):
 
 
 @triton.jit
+def _sum_rows_small(
+    lin, nprog, which, rows, dAp, dA, dDp, dD, dbp, dbias, n_A, dim, HAS_A: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
+):  # fmt: skip
+    """The finish kernel's programs for dA (which 2), dD (3), ddelta_bias (4): out[o] = the sum
+    of p[r, o] over the rows in order, 512 elements a program and step, the programs striding
+    over the outputs."""
+    BLOCK: tl.constexpr = 512
+    if which == 2:
+        if HAS_A:
+            _sum_rows(lin, nprog, rows, dAp, dA, n_A, BLOCK)
+    elif which == 3:
+        if HAS_D:
+            _sum_rows(lin, nprog, rows, dDp, dD, dim, BLOCK)
+    else:
+        if HAS_BIAS:
+            _sum_rows(lin, nprog, rows, dbp, dbias, dim, BLOCK)
+
+
+@triton.jit
+def _sum_rows(lin, nprog, rows, p, out, n, BLOCK: tl.constexpr):
+    for o0 in range(lin * BLOCK, n, nprog * BLOCK):
+        o = o0 + tl.arange(0, BLOCK)
+        m = o < n
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        q = p + o  # row r at q + r * n, stepped (64-bit pointer arithmetic)
+        for _r in range(0, rows):
+            acc += tl.load(q, mask=m, other=0.0)
+            q += n
+        tl.store(out + o, acc.to(out.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def _selective_scan_bwd_sum_partials_kernel(
     part,  # (2, G * NBG, batch, L, NP) fp32: the per-block dB partials, then the dC ones
     dB,  # (batch, G, N, L) out, B's dtype
@@ -584,15 +618,30 @@ def _selective_scan_bwd_sum_partials_kernel(
     batch,
     L,
     G,
+    rows,  # (batch x segment) rows of the small partials below
+    dAp,  # (rows, dim * NP) fp32 partial dA (NP == N: dA's layout), or None
+    dA,  # (dim * NP,) out, or None
+    dDp,  # (rows, dim) fp32 partial dD, or None
+    dD,  # (dim,) out, or None
+    dbp,  # (rows, dim) fp32 partial ddelta_bias, or None
+    dbias,  # (dim,) out, or None
+    n_A,  # dim * NP
+    dim,
     N: tl.constexpr,
     NP: tl.constexpr,
     BLOCK_L: tl.constexpr,
     U: tl.constexpr,  # partials loaded per group
+    HAS_A: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     PIPE: tl.constexpr = True,  # the next group's loads issued before the current one's adds
 ):
-    """dB / dC (program axis 2: which) = the sum of their per-block partials over a group's
-    blocks, in fixed order (deterministic), written transposed to (N, L) and cast: what the
-    launcher's ``torch.sum`` + transposing copy do, in one launch for both (``FINISH_KERNEL``).
+    """dB / dC (program axis 2: which = 0 / 1) = the sum of their per-block partials over a
+    group's blocks, in fixed order (deterministic), written transposed to (N, L) and cast: what
+    the launcher's ``torch.sum`` + transposing copy do, in one launch for both
+    (``FINISH_KERNEL``); the programs of which = 2 / 3 / 4 sum dA / dD / ddelta_bias over their
+    (batch, segment) rows the same way (``_sum_rows_small``), the launches of three more
+    ``torch.sum`` saved.
 
     A pure stream (the partials are nblk times the gradients' size: 268 MB at (8, 4096, 2048,
     16)), so what sets its speed is the bytes in flight per thread: the partials come in groups
@@ -602,6 +651,25 @@ def _selective_scan_bwd_sum_partials_kernel(
     i_l = tl.program_id(0)
     i_bg = tl.program_id(1)
     which = tl.program_id(2)
+    if which >= 2:  # dA, dD, ddelta_bias: sums over the rows, all programs of the axis
+        _sum_rows_small(
+            i_bg * tl.num_programs(0) + i_l,
+            tl.num_programs(0) * tl.num_programs(1),
+            which,
+            rows,
+            dAp,
+            dA,
+            dDp,
+            dD,
+            dbp,
+            dbias,
+            n_A,
+            dim,
+            HAS_A,
+            HAS_D,
+            HAS_BIAS,
+        )
+        return
     b = (i_bg // G).to(tl.int64)
     g = i_bg % G
     o_l = i_l * BLOCK_L + tl.arange(0, BLOCK_L)
@@ -677,22 +745,10 @@ LANE_LOCAL = True
 # launches (host time at batch 1) and one pass (H200, 2026-12-01, bf16 per call: 249 vs 276 us
 # at (8, 4096, 2048, 16), 100 vs 126 at (16, 1536, 1024, 16), both at ~4.3 TB/s of partials)
 FINISH_KERNEL = True
-# dB / dC in the lane main kernel: "auto" adds each warp's per-step sums straight into one fp32
-# sum per (group, batch, step, state) by atomics (relaxed ``red.global.add``) unless
-# ``torch.use_deterministic_algorithms(True)`` is on; "never" (and deterministic mode) writes a
-# partial per channel block (dim / 8 of them) that the finish kernel sums in fixed order:
-# reproducible bit for bit, but dim / 8 times dB's size written and read (1.07 GB at (8, 4096,
-# 2048, 16), ~250 us to sum at 4.3 TB/s on the H200); "always" ignores deterministic mode
-DBC_ATOMIC = "auto"
-
-
-def atomic_dbc() -> bool:
-    """Whether the lane main kernel sums dB / dC by atomics (``DBC_ATOMIC``)."""
-    if DBC_ATOMIC == "always":
-        return True
-    return DBC_ATOMIC == "auto" and not torch.are_deterministic_algorithms_enabled()
-
-
+# dB / dC stay per-block partials summed in fixed order by the finish kernel (deterministic): fp32
+# atomics straight into one sum per group in the lane main kernel (relaxed ``red.global.add``,
+# 2 per step and warp) were tried and made that kernel 0.48 ms slower at (8, 4096, 2048, 16) bf16
+# (2.34 -> 2.82), more than the 0.25 ms the partials' sum takes (H200, 2026-12-01)
 # the finish kernel's partials per load group and values per program and partial (module
 # constants so that the benchmark can time them)
 SUM_UNROLL = 8
@@ -832,7 +888,7 @@ def launch(
     u_c = u.contiguous()
     delta_c = delta.contiguous()
     z_c = z.contiguous() if z is not None else None
-    bias_c = delta_bias.to(f32).contiguous() if delta_bias is not None else None
+    bias_c = as_f32(delta_bias) if delta_bias is not None else None
 
     def states_major(x: torch.Tensor) -> torch.Tensor:
         """(..., dim, N) -> (..., NP, dim) fp32, zero-padded: the kernels' state layout."""
@@ -994,7 +1050,6 @@ def launch(
                     EMU=not u.is_cuda,
                     PREFETCH=triton_bwd_lane.PREFETCH,
                     PREFETCH_BC=triton_bwd_lane.PREFETCH_BC,
-                    ATOMIC=atomic_dbc(),
                     **triton_bwd_lane.OPTIONS,
                 ),
                 triton_bwd_lane.check_bwd_lane_layout(),
@@ -1010,14 +1065,8 @@ def launch(
         kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT in ("split", "lane") else BWD_VARIANT]
         extra = variant_constexprs(kernel, u.is_cuda, block_d, warps)
     dAp = torch.empty((batch, nseg, *state_shape), dtype=f32, device=dev)
-    # dB's and dC's partials: one per channel block, or with the lane kernel's atomics one sum
-    # per group (zeroed)
-    atomic = lane_main is not None and lane_main[4]["ATOMIC"]
-    nparts = G if atomic else nblk
-    dBCp = (torch.zeros if atomic else torch.empty)(
-        (2, nparts, batch, L, NP), dtype=f32, device=dev
-    )
-    dBp, dCp = dBCp[0], dBCp[1]
+    dBCp = torch.empty((2, nblk, batch, L, NP), dtype=f32, device=dev)  # dB's, dC's partials
+    dBp, dCp = dBCp.unbind(0)
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
@@ -1032,7 +1081,7 @@ def launch(
             A2_main,
             Bm,
             Cm,
-            D.to(f32).contiguous() if D is not None else None,
+            as_f32(D) if D is not None else None,
             z_c,
             bias_c,
             *states,
@@ -1072,47 +1121,58 @@ def launch(
         except LaneLayoutError as e:  # checked before its first launch: nothing written
             BWD_VARIANT = "split"
             warnings.warn(f"{e}; using the split backward kernel from now on", stacklevel=2)
-            if atomic:  # the split kernel's per-block partials
-                nparts = nblk
-                dBCp = torch.empty((2, nparts, batch, L, NP), dtype=f32, device=dev)
-                dBp, dCp = dBCp[0], dBCp[1]
             run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None)
     # the partial sums, each one kernel where the layouts allow (the host time of these small
-    # launches is what bounds batch-1 calls)
-    if split and NP == N:  # (dim, NP) partials: dA's own layout
-        torch.sum(dAp, (0, 1), out=dA)
-    elif split:
-        dA.copy_(dAp.sum((0, 1))[:, :N])
-    else:
-        dA.copy_(dAp.sum((0, 1))[:N].t())
+    # launches is what bounds batch-1 calls): with FINISH_KERNEL all in one
+    finish = FINISH_KERNEL and dB.is_contiguous() and dC.is_contiguous()
+    in_finish_A = finish and split and NP == N and dA.is_contiguous()  # (dim, NP): dA's layout
+    if not in_finish_A:
+        if split and NP == N:
+            torch.sum(dAp, (0, 1), out=dA)
+        elif split:
+            dA.copy_(dAp.sum((0, 1))[:, :N])
+        else:
+            dA.copy_(dAp.sum((0, 1))[:N].t())
     # (nblk, batch, L, NP) -> (G, nblk / G, batch, L, NP) -> (batch, G, N, L), one cast-and-
     # transpose copy into the gradient
-    if FINISH_KERNEL and dB.is_contiguous() and dC.is_contiguous():
+    if finish:
         # 4 partial values per thread and load (one 16-byte load), SUM_UNROLL loads a group
         block_l = max(1, SUM_VALUES // NP)
-        launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l), batch * G, 2)](
+        launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l), batch * G, 5)](
             dBCp,
             dB,
             dC,
-            nparts // G,
+            nblk // G,
             batch,
             L,
             G,
+            batch * nseg,
+            dAp,
+            dA if in_finish_A else None,
+            dDp,
+            dD,
+            dbp,
+            dbias,
+            dim * NP,
+            dim,
             N=N,
             NP=NP,
             BLOCK_L=block_l,
             U=SUM_UNROLL,
+            HAS_A=in_finish_A,
+            HAS_D=dD is not None,
+            HAS_BIAS=dbias is not None,
             num_warps=4,
         )
     else:
         for grad, part in ((dB, dBp), (dC, dCp)):
-            red = part.view(G, nparts // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
+            red = part.view(G, nblk // G, batch, L, NP).sum(1)[..., :N].permute(1, 0, 3, 2)
             grad.view(batch, G, N, L).copy_(red)
-    if dD is not None:
-        assert dDp is not None  # both are allocated iff D is given
-        torch.sum(dDp, (0, 1), out=dD)
-    if dbias is not None:
-        assert dbp is not None  # both are allocated iff delta_bias is given
-        torch.sum(dbp, (0, 1), out=dbias)
+        if dD is not None:
+            assert dDp is not None  # both are allocated iff D is given
+            torch.sum(dDp, (0, 1), out=dD)
+        if dbias is not None:
+            assert dbp is not None  # both are allocated iff delta_bias is given
+            torch.sum(dbp, (0, 1), out=dbias)
     if dinit_out is not None:
         dinit_out.copy_(dinit[:, :, :N] if split else dinit[:, :N].transpose(1, 2))

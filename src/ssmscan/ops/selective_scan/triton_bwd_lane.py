@@ -106,17 +106,14 @@ def _rs8l(x, EMU: tl.constexpr):
 
 
 @triton.jit
-def _store_rs8l(base, x, m, EMU: tl.constexpr, ATOMIC: tl.constexpr):
+def _store_rs8l(base, x, m, EMU: tl.constexpr):
     """base[n] = sum over the 8 rows of x[:, n // 4, n % 4] (``_rs8l``), each n stored once, if
-    m; ``base[n] +=`` that (a relaxed fp32 atomic add) if ATOMIC."""
+    m."""
     r = _rs8l(x, EMU)
     d = tl.arange(0, 8)[:, None]
     k = tl.arange(0, 4)[None, :]
     n = 4 * k + 2 * ((d >> 2) & 1) + ((d >> 1) & 1)
-    if ATOMIC:
-        tl.atomic_add(base + n, r, mask=((d & 1) == 0) & m, sem="relaxed")
-    else:
-        tl.store(base + n, r, mask=((d & 1) == 0) & m)
+    tl.store(base + n, r, mask=((d & 1) == 0) & m)
 
 
 @triton.jit
@@ -200,8 +197,8 @@ def _selective_scan_bwd_lane_kernel(
     ddelta,  # (batch, dim, L) out, delta's dtype
     dz,  # (batch, dim, L) out, or None when z is None
     dAp,  # (batch, NSEG, dim, NP) fp32 per-(batch, segment) partial dA
-    dBp,  # (dim / 8, batch, L, NP) fp32 per-block partial dB; ATOMIC: (G, batch, L, NP) zeroed
-    dCp,  # (dim / 8, batch, L, NP) fp32 per-block partial dC; ATOMIC: (G, batch, L, NP) zeroed
+    dBp,  # (dim / 8, batch, L, NP) fp32 per-block partial dB
+    dCp,  # (dim / 8, batch, L, NP) fp32 per-block partial dC
     dDp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial dD, or None
     dbiasp,  # (batch, NSEG, dim) fp32 per-(batch, segment) partial ddelta_bias, or None
     dinit,  # (batch, dim, NP) fp32 gradient of the initial state
@@ -225,7 +222,6 @@ def _selective_scan_bwd_lane_kernel(
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
     PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
     PREFETCH_BC: tl.constexpr = True,  # the next tile's B_t / C_t prefetched into L1
-    ATOMIC: tl.constexpr = False,  # dB / dC added into one (G, batch, L, NP) sum each (atomics)
 ):
     """Note [selective scan backward lanes]."""
     SPT: tl.constexpr = NP // KL
@@ -253,7 +249,7 @@ def _selective_scan_bwd_lane_kernel(
     bc = (i_b * G + grp) * LP * NP
     p_B = Bt + bc + o_n
     p_C = Ct + bc + o_n
-    part = ((grp if ATOMIC else i_d).to(tl.int64) * tl.num_programs(1) + i_b) * L * NP
+    part = (i_d.to(tl.int64) * tl.num_programs(1) + i_b) * L * NP
     # tile k's start state at p_ts + k * NP
     p_ts = tstates + (i_b * dim + o_d.to(tl.int64))[:, None] * (tl.cdiv(L, TT) * NP) + o_n[None, :]
     i_bs = i_b * NSEG + i_s
@@ -335,7 +331,7 @@ def _selective_scan_bwd_lane_kernel(
             a = tl.exp2(dt_j * b_A2)
             h = a * h + dtu_j * Bs[j]
             b_y = tl.where(o_j == j, _sum_states(h * Cs[j])[:, None, None], b_y)
-            _store_rs8l(dCp + part + (t0 + j) * NP, h * dy_j, t0 + j < L, EMU, ATOMIC)
+            _store_rs8l(dCp + part + (t0 + j) * NP, h * dy_j, t0 + j < L, EMU)
             h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
             a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
             dt_all = dt_all + (dt_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
@@ -355,9 +351,7 @@ def _selective_scan_bwd_lane_kernel(
             dA_acc += q * dt_all[TT - 1 - jj]
             b_qA = tl.where(o_j == j, _sum_states(q * b_A2)[:, None, None], b_qA)
             b_gB = tl.where(o_j == j, _sum_states(g * Bs[TT - 1 - jj])[:, None, None], b_gB)
-            _store_rs8l(
-                dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU, ATOMIC
-            )
+            _store_rs8l(dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
             G_adj = ga
         b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
         b_du = b_dt * b_gB

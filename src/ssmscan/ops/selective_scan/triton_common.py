@@ -44,6 +44,11 @@ program each (program axis 2), when batch x dim alone is short of ``TARGET_WARPS
 3. the real pass: each segment runs again from its carried start state, writing ``out`` and the
    checkpoints inside it; the last segment writes the final entry and ``last_state``.
 
+The lane forward (``triton_fwd_lane``) folds pass 2 into pass 3: each segment's program first
+runs the carry over the segments before it (i_s steps of h = exp(A sum dt) h + S, the same fp32
+arithmetic), so a split forward is two launches, not three (host time of batch-1 calls; the
+carry kernel was 5 us of GPU time at (1, 1536, 4096, 16), 28 us at (1, 1024, 65536, 16)).
+
 The backward mirrors it with the adjoint, which needs no states: g_t = C_t dy_t + a_{t+1} g_{t+1}
 (Note [selective scan backward]); a local reverse pass per segment from a zero adjoint, a carry
 pass from the right, then the real backward per segment from its carried adjoint. With one
@@ -213,11 +218,19 @@ def pad_states(N: int) -> int:
     return max(4, triton.next_power_of_2(N))
 
 
+def as_f32(x: torch.Tensor) -> torch.Tensor:
+    """x as a contiguous fp32 tensor: x itself when it is one (no dispatched no-op ``to``: each
+    op call is host time, and host time is what bounds batch-1 eager calls)."""
+    if x.dtype == torch.float32 and x.is_contiguous():
+        return x
+    return x.to(torch.float32).contiguous()
+
+
 def prep_A(A: torch.Tensor, NP: int) -> torch.Tensor:
     """A (dim, N) -> A * log2(e) as (dim, NP) fp32, zero-padded: the forward's state-contiguous
     layout."""
     N = A.shape[1]
-    a2 = A.to(torch.float32) * LOG2E
+    a2 = as_f32(A) * LOG2E
     if NP != N:
         a2 = torch.nn.functional.pad(a2, (0, NP - N))
     return a2.contiguous()
@@ -291,16 +304,19 @@ def prep_BC_lane(
     calls) into one buffer; the two are views of it."""
     from ssmscan.ops.common.triton_launch import launcher
 
-    if B.dim() == 3:
-        B, C = B.unsqueeze(1), C.unsqueeze(1)
-    _b, G, N, L = B.shape
+    def strides(X: torch.Tensor) -> tuple[int, ...]:  # (batch, G, N, L), G = 1 for 3-D
+        s = X.stride()
+        return (s[0], 0, s[1], s[2]) if X.dim() == 3 else s
+
+    G, N, L = (1, *B.shape[1:]) if B.dim() == 3 else B.shape[1:]
     out = torch.empty((2, batch, G, steps, NP), dtype=torch.float32, device=B.device)
     block_t = 64
     launcher(_prep_bc_kernel)[(triton.cdiv(steps, block_t), batch * G, 2)](
-        B, C, out, batch, G, N, L, steps, *B.stride(), *C.stride(), NP=NP, BLOCK_T=block_t,
+        B, C, out, batch, G, N, L, steps, *strides(B), *strides(C), NP=NP, BLOCK_T=block_t,
         num_warps=4,
     )  # fmt: skip
-    return out[0], out[1]
+    bt, ct = out.unbind(0)
+    return bt, ct
 
 
 def num_groups(B: torch.Tensor) -> int:

@@ -55,6 +55,7 @@ from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.ops.selective_scan.triton_common import (
     _sigmoid,
     _softplus,
+    as_f32,
     num_groups,
     pad_states,
     prep_A,
@@ -272,9 +273,9 @@ def _selective_scan_fwd_carry_kernel(
     NP: tl.constexpr,
     BLOCK_D: tl.constexpr,
     HAS_INIT: tl.constexpr,
-    A_RAW: tl.constexpr = False,  # A2 is A: scaled by log2(e) here
 ):
-    """Pass 2 of Note [selective scan segments]: h_{s+1} = exp(A * sum dt_s) h_s + local_s."""
+    """Pass 2 of Note [selective scan segments] for the 2-D kernel: h_{s+1} = exp(A * sum dt_s)
+    h_s + local_s (the lane kernel's real pass does this itself, up to its own segment)."""
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -282,8 +283,6 @@ def _selective_scan_fwd_carry_kernel(
     o_n = tl.arange(0, NP)
     o_dn = o_d[:, None] * NP + o_n[None, :]
     b_A2 = tl.load(A2 + o_dn, mask=m_d[:, None], other=0.0)
-    if A_RAW:
-        b_A2 = b_A2 * 1.4426950408889634
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
     if HAS_INIT:
         h = tl.load(init + i_b * dim * NP + o_dn, mask=m_d[:, None], other=0.0)
@@ -440,9 +439,9 @@ def _launch(
         A2=A if a_raw else prep_A(A, NP),
         Bt=Bt,
         Ct=Ct,
-        Dv=D.to(f32).contiguous() if D is not None else None,
+        Dv=as_f32(D) if D is not None else None,
         z=z.contiguous() if z is not None else None,
-        delta_bias=delta_bias.to(f32).contiguous() if delta_bias is not None else None,
+        delta_bias=as_f32(delta_bias) if delta_bias is not None else None,
         init=init_t,
         out=out,
         ckpt=ckt,
@@ -467,6 +466,9 @@ def _launch(
         consts["TT"] = TT
         kernel = launcher(_selective_scan_fwd_kernel)
     last: dict[str, torch.Tensor | None] = {"last": None} if lane else {}
+    # what the real pass reads of the local pass: the lane kernel carries the segment states
+    # itself (one launch fewer), the 2-D one reads the carry pass's checkpoints
+    carried: dict[str, torch.Tensor | None] = {"seg_state": None, "seg_dt": None}
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
         seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
@@ -485,28 +487,29 @@ def _launch(
             LOCAL=True,
             **consts,
         )
-        launcher(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
-            args["A2"],
-            init_t,
-            seg_state,
-            seg_dt,
-            ckt,
-            dim,
-            NCK,
-            nseg,
-            seg,
-            NP=NP,
-            BLOCK_D=block_d,
-            HAS_INIT=initial_state is not None,
-            A_RAW=lane and a_raw,
-            num_warps=warps,
-        )
+        if lane:
+            carried = {"seg_state": seg_state, "seg_dt": seg_dt}
+        else:
+            launcher(_selective_scan_fwd_carry_kernel)[(nblk, batch)](
+                args["A2"],
+                init_t,
+                seg_state,
+                seg_dt,
+                ckt,
+                dim,
+                NCK,
+                nseg,
+                seg,
+                NP=NP,
+                BLOCK_D=block_d,
+                HAS_INIT=initial_state is not None,
+                num_warps=warps,
+            )
     if lane:
         last["last"] = last_state if direct else None
     kernel[(nblk, batch, nseg)](
         **args,
-        seg_state=None,
-        seg_dt=None,
+        **carried,
         **last,
         dim=dim,
         L=L,

@@ -209,8 +209,8 @@ def _selective_scan_fwd_lane_kernel(
     init,  # (batch, dim, NP) fp32 initial state (padded), or None
     out,  # (batch, dim, L) output, u's dtype
     ckpt,  # (batch, dim, NCK, NP) fp32: state before each chunk, last entry the final state
-    seg_state,  # (batch, NSEG, dim, NP) fp32 LOCAL: segment end state from zero, or None
-    seg_dt,  # (batch, NSEG, dim) fp32 LOCAL: sum of dt over the segment, or None
+    seg_state,  # (batch, NSEG, dim, NP) fp32 segment end states from zero (LOCAL: out), or None
+    seg_dt,  # (batch, NSEG, dim) fp32 sums of dt over the segments (LOCAL: out), or None
     last,  # (batch, dim, NP) fp32 out: the final state, or None
     dim,  # channels
     L,  # sequence length
@@ -278,13 +278,17 @@ def _selective_scan_fwd_lane_kernel(
     dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
     if LOCAL:
         h = tl.zeros(S3, dtype=tl.float32)
-    elif i_s == 0:
+    else:
         if HAS_INIT:
             h = tl.reshape(tl.load(init + i_b * dim * NP + o_dn, mask=m_dn, other=0.0), S3)
         else:
             h = tl.zeros(S3, dtype=tl.float32)
-    else:  # from the carry pass
-        h = tl.reshape(tl.load(p_ck + c0 * NP, mask=m_dn, other=0.0), S3)
+        if SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
+            for s in range(0, i_s):
+                p_loc = seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn
+                b_loc = tl.reshape(tl.load(p_loc, mask=m_dn, other=0.0), S3)
+                b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
+                h = tl.exp2(b_sdt[:, None, None] * b_A2) * h + b_loc
     # the next tile's inputs load while this one computes (B / C padded for it)
     nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
     for t0 in range(t_beg, t_end, TT):
