@@ -76,3 +76,34 @@ def test_launch_hooks_send_launches_the_ordinary_way():
             assert _hooked(chain)
         finally:
             chain.remove(hook)
+
+
+@pytest.mark.triton
+def test_traced_launch_passes_constexpr_defaults():
+    """Under ``wrap_triton`` tracing every parameter must be passed (the tracer checks the
+    argument list against the signature and applies no defaults): the launcher adds the
+    constexpr defaults a call left out, and keeps those it gave."""
+    import triton
+    import triton.language as tl
+    from torch._library.triton import set_wrap_triton_enabled
+
+    from ssmscan.ops.common import triton_launch
+
+    @triton.jit
+    def kernel(x, n, A: tl.constexpr, B: tl.constexpr = 3, C: tl.constexpr = 4):
+        pass
+
+    seen = {}
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                seen.update(kwargs, nargs=len(args))
+
+            return run
+
+    made = triton_launch._Launcher(kernel, None)
+    made._kernel = Recorder()
+    with set_wrap_triton_enabled(True):
+        made[(1,)](torch.zeros(4), 4, A=2, C=5)
+    assert seen == {"A": 2, "B": 3, "C": 5, "nargs": 2}

@@ -34,6 +34,7 @@ dispatch; mamba-ssm's C++ calls take 15-30 / 60-140 us. So batch-1 eager calls s
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +135,16 @@ class _Launcher:
         self._kernel = torch.library.wrap_triton(kernel)
         self._check = check
         self._checked: dict[int, Any] = {}  # compiled kernels checked (not via the fast path)
+        self._sig: tuple[list[str], dict[str, Any]] | None = None
+
+    def _signature(self) -> tuple[list[str], dict[str, Any]]:
+        """The kernel's parameter names in order and the defaults of those that have one (a
+        JITFunction or, under TRITON_INTERPRET, an InterpretedFunction: both keep ``fn``)."""
+        if self._sig is None:
+            sig = inspect.signature(getattr(self._jit, "fn", self._jit)).parameters
+            defaults = {n: p.default for n, p in sig.items() if p.default is not p.empty}
+            self._sig = (list(sig), defaults)
+        return self._sig
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
         from torch._library.triton import is_wrap_triton_enabled
@@ -157,6 +168,14 @@ class _Launcher:
                 kwargs = {k: dummy if v is None else v for k, v in kwargs.items()}
             if fast:
                 return _fast_launch(self._jit, grid, args, kwargs, self._check)
+            # traced (``wrap_triton`` on): every parameter passed, constexpr defaults included
+            # (the tracer checks the argument list against the signature and does not apply
+            # defaults: a kernel launched without its defaulted constexprs failed to compile)
+            names, defaults = self._signature()
+            given = set(names[: len(args)]) | set(kwargs)
+            missing = {n: v for n, v in defaults.items() if n not in given}
+            if missing:
+                kwargs = {**kwargs, **missing}
             if self._check is not None and like.is_cuda and not is_wrap_triton_enabled():
                 compiled = self._jit.warmup(*args, grid=grid, **kwargs)
                 if id(compiled) not in self._checked:  # the TTGIR read once per kernel
