@@ -107,3 +107,24 @@ def test_traced_launch_passes_constexpr_defaults():
     with set_wrap_triton_enabled(True):
         made[(1,)](torch.zeros(4), 4, A=2, C=5)
     assert seen == {"A": 2, "B": 3, "C": 5, "nargs": 2}
+
+
+@pytest.mark.triton
+def test_launcher_made_in_eager_still_traces():
+    """A launcher first made where wrapping is off (an op's eager body) must still hand traced
+    calls to the tracer: ``wrap_triton`` returns the bare kernel when called with wrapping
+    disabled, so the launcher makes its wrapper with wrapping on."""
+    from torch._higher_order_ops.triton_kernel_wrap import TraceableTritonKernelWrapper
+    from torch._library.triton import set_wrap_triton_enabled
+    from triton.runtime.jit import JITFunction
+
+    from ssmscan.ops.common import triton_launch
+
+    kernel = JITFunction(_empty_kernel)  # a JITFunction even under TRITON_INTERPRET=1
+    with set_wrap_triton_enabled(False):
+        made = triton_launch.launcher(kernel)
+    assert isinstance(made._kernel, TraceableTritonKernelWrapper)
+
+
+def _empty_kernel(x):
+    pass

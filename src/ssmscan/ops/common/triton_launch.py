@@ -131,8 +131,14 @@ def _fast_launch(
 
 class _Launcher:
     def __init__(self, kernel: Any, check: Callable[[Any], None] | None) -> None:
+        from torch._library.triton import set_wrap_triton_enabled
+
         self._jit = kernel
-        self._kernel = torch.library.wrap_triton(kernel)
+        # wrap_triton returns the bare kernel when called with wrapping disabled (as it is in
+        # the ops' eager bodies): a launcher first made in an eager call would then launch the
+        # bare kernel on fake tensors when traced later (order-dependent compile failures)
+        with set_wrap_triton_enabled(True):
+            self._kernel = torch.library.wrap_triton(kernel)
         self._check = check
         self._checked: dict[int, Any] = {}  # compiled kernels checked (not via the fast path)
         self._sig: tuple[list[str], dict[str, Any]] | None = None
