@@ -24,8 +24,8 @@ The launchers prepare, once per call:
   forward scales a contiguous fp32 A (dim, N = NP) itself for 16-bit inputs;
 * ``Bt``, ``Ct`` (batch, G, L, NP) fp32: B and C transposed time-major and padded (these are
   ``dim / N`` times smaller than u, so the copy is cheap); B_t / C_t are broadcast loads. The
-  lane kernels (forward, split backward's states kernel) take them time-padded too, (batch, G,
-  LP, NP) (``triton_fwd_lane.padded_steps``);
+  lane kernels (forward, the lane backward's kernels) take them time-padded too, (batch, G, LP,
+  NP) (``triton_fwd_lane.padded_steps``), both made by one Triton launch (``prep_BC_lane``);
 * copies of the checkpoints / initial state / dlast_state in the kernel's layout, transposed back
   at the end where it differs from the op's.
 
