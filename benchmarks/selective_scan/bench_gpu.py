@@ -62,6 +62,7 @@ def set_target_warps(w: int) -> None:
 _DEFAULTS = {
     "pbc": triton_bwd_lane.PREFETCH_BC,
     "finish": triton_bwd.FINISH_KERNEL,
+    "warps": triton_fwd.FWD_WARPS,
 }
 
 
@@ -70,7 +71,8 @@ def set_variant(spec: str) -> None:
     off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), finish / nofinish
     (``triton_bwd.FINISH_KERNEL`` on / off), 2dlocal
     (``triton_bwd.LANE_LOCAL`` off), rN (maxnreg N of the lane main kernel), fN (maxnreg N of
-    the lane forward); e.g. lane-noprefetch-r184. Options not named are the library's
+    the lane forward), wN (``triton_fwd.FWD_WARPS``: warps per lane forward / states / local
+    program); e.g. lane-noprefetch-r184. Options not named are the library's
     defaults."""
     name, *opts = spec.split("-")
     triton_bwd.BWD_VARIANT = name
@@ -81,7 +83,8 @@ def set_variant(spec: str) -> None:
         triton_bwd_lane.PREFETCH_BC = _DEFAULTS["pbc"]
     triton_bwd.LANE_LOCAL = "2dlocal" not in opts
     triton_bwd.FINISH_KERNEL = "finish" in opts or (_DEFAULTS["finish"] and "nofinish" not in opts)
-    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rf" and o[1:].isdigit()}
+    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rfw" and o[1:].isdigit()}
+    triton_fwd.FWD_WARPS = cap.get("w", _DEFAULTS["warps"])
     triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
     triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}
 

@@ -387,6 +387,19 @@ def test_triton_interpreter_finish_kernel(batch, dim, L, N, groups, monkeypatch)
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("warps", [1, 2])
+def test_triton_interpreter_small_lane_programs(warps, monkeypatch):
+    """``triton_fwd.FWD_WARPS`` below 4: the lane forward, states and local kernels on 8 or 16
+    channel programs (two groups, L in segments) still match float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "FWD_WARPS", warps)
+    assert triton_fwd.fwd_block_channels(1, 32, 2, 16, 4) == (8 * warps, warps)
+    _run_case(1, 32, 300, 16, 2, True, True, True, torch.float32, True)
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_split_backward_falls_back(split_backward):
     """N = 4 (NP 4) and 12 channels per group are not the split kernel's: tile_rs runs."""
     _run_case(1, 5, 40, 4, None, True, True, False, torch.float32, True)

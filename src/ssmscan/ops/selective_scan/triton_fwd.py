@@ -315,6 +315,13 @@ def steps_per_tile(NP: int) -> int:
 LANE_OPTIONS: dict[str, int] = {}
 
 
+# warps per forward program (and per program of the lane kernels that share its tiles: the
+# backward's states and local passes); a module constant so that the benchmark can time smaller
+# programs (finer-grained scheduling of a partial last wave, e.g. 768 four-warp programs on 528
+# slots at (16, 1536, 1024, 16))
+FWD_WARPS = 4
+
+
 def fwd_block_channels(
     batch: int, dim: int, G: int, NP: int, per_channel: int | None = None
 ) -> tuple[int, int]:
@@ -323,14 +330,14 @@ def fwd_block_channels(
     straddles two groups."""
     if per_channel is None:
         per_channel = max(1, min(NP // 4, 32))  # threads per channel
-    warps = 4
+    warps = FWD_WARPS
     block_d = max(1, warps * 32 // per_channel)
     if G > 1:
         per_group = int(dim) // G  # specialized, as N and G (``launch``)
         limit = per_group & -per_group  # largest power of two dividing it
         if limit < block_d:
             block_d = limit
-            warps = max(1, min(4, block_d * per_channel // 32))
+            warps = max(1, min(FWD_WARPS, block_d * per_channel // 32))
     return block_d, warps
 
 
