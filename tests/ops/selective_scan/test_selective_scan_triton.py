@@ -400,6 +400,25 @@ def test_triton_interpreter_small_lane_programs(warps, monkeypatch):
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("N", [16, 2])
+def test_triton_interpreter_backward_without_steps(N):
+    """L = 0: the backward launches nothing (the lane kernels assume steps; with 16 states L = 0
+    took their path) and gives the exact gradients: dA / dD / ddelta_bias zero (empty sums),
+    dinitial_state = dlast (the state is never updated), the rest empty; batch = 0 matches
+    the reference."""
+    kw, dout, dlast = _inputs(2, 16, 0, N, None, True, True, True, torch.float32, "cpu", seed=1)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    torch.testing.assert_close(outs[1], kw["initial_state"].float(), rtol=0, atol=0)
+    for name in ("A", "D", "delta_bias"):
+        assert torch.equal(grads[name], torch.zeros_like(grads[name])), name
+    torch.testing.assert_close(grads["initial_state"], dlast, rtol=0, atol=0)
+    for name in ("u", "delta", "B", "C", "z"):
+        assert grads[name].numel() == 0, name
+    _run_case(0, 16, 40, N, None, True, True, True, torch.float32, True)
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_split_backward_falls_back(split_backward):
     """N = 4 (NP 4) and 12 channels per group are not the split kernel's: tile_rs runs."""
     _run_case(1, 5, 40, 4, None, True, True, False, torch.float32, True)

@@ -87,6 +87,19 @@ def test_lane_forward_shuffle_layouts():
     assert res.stdout.count(" ok") == 24, res.stdout
 
 
+def test_small_kernels_compile_for_sm90():
+    """The B / C copy and the finish kernel through the real compiler (the interpreter tests
+    run neither through it): ``small_kernels_compile_check.py`` in a process without
+    TRITON_INTERPRET."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "small_kernels_compile_check.py")
+    res = subprocess.run(
+        [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.stdout.count(" ok") == 7, res.stdout
+
+
 def test_launch_falls_back_to_the_2d_kernel(monkeypatch):
     """A lane kernel that fails its layout check (raised before its first launch) sends this call
     and every later one to the 2-D kernel, with a warning."""

@@ -598,7 +598,8 @@ def _sum_rows_small(
 
 @triton.jit
 def _sum_rows(lin, nprog, rows, p, out, n, BLOCK: tl.constexpr):
-    for o0 in range(lin * BLOCK, n, nprog * BLOCK):
+    lin = lin.to(tl.int64)  # lin * BLOCK overflows int32 on grids of 4M programs
+    for o0 in range(lin * BLOCK, n, nprog.to(tl.int64) * BLOCK):
         o = o0 + tl.arange(0, BLOCK)
         m = o < n
         acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -635,7 +636,7 @@ def _selective_scan_bwd_sum_partials_kernel(
     HAS_D: tl.constexpr,
     HAS_BIAS: tl.constexpr,
 ):
-    """dB / dC (program axis 2: which = 0 / 1) = the sum of their per-block partials over a
+    """dB / dC (program axis 1: which = 0 / 1) = the sum of their per-block partials over a
     group's blocks, in fixed order (deterministic), written transposed to (N, L) and cast: what
     the launcher's ``torch.sum`` + transposing copy do, in one launch for both
     (``FINISH_KERNEL``); the programs of which = 2 / 3 / 4 sum dA / dD / ddelta_bias over their
@@ -646,13 +647,17 @@ def _selective_scan_bwd_sum_partials_kernel(
     4096, 2048, 16)), so what sets its speed is the bytes in flight per thread: the partials
     come in groups of U loads, the next group loading while the current one is added (ptxas
     otherwise puts each add right behind its load). H200: 1.07 GB in 249 us, 4.3 TB/s."""
-    i_l = tl.program_id(0)
-    i_bg = tl.program_id(1)
-    which = tl.program_id(2)
+    # program axis 0: (batch x group, step block), so batch x G is not bound by the grid's
+    # 65535 on axis 1; axis 1: which
+    nl = tl.cdiv(L, BLOCK_L)
+    pid = tl.program_id(0)
+    i_l = pid % nl
+    i_bg = pid // nl
+    which = tl.program_id(1)
     if which >= 2:  # dA, dD, ddelta_bias: sums over the rows, all programs of the axis
         _sum_rows_small(
-            i_bg * tl.num_programs(0) + i_l,
-            tl.num_programs(0) * tl.num_programs(1),
+            pid,
+            tl.num_programs(0),
             which,
             rows,
             dAp,
@@ -759,6 +764,34 @@ def bwd_block_channels(batch: int, dim: int, G: int) -> tuple[int, int]:
     return block_channels(batch, dim, G)
 
 
+def _backward_without_steps(
+    dlast_state: torch.Tensor | None,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    dA: torch.Tensor,
+    optional_grads: list[torch.Tensor],
+) -> None:
+    """The gradients of a call with L = 0 or batch = 0: dA, dD, ddelta_bias zero (empty sums),
+    the (batch, dim, N) initial state's gradient dlast (the state is never updated); du,
+    ddelta, dz, dB, dC have no elements. (No kernel launches: the lane kernels assume steps.)"""
+    rest = iter(optional_grads)
+    dA.zero_()
+    if D is not None:
+        next(rest).zero_()
+    if z is not None:
+        next(rest)  # no elements
+    if delta_bias is not None:
+        next(rest).zero_()
+    if initial_state is not None:
+        dinit = next(rest)
+        if dlast_state is not None:
+            dinit.copy_(dlast_state)
+        else:
+            dinit.zero_()
+
+
 def launch(
     dout: torch.Tensor,
     dlast_state: torch.Tensor | None,
@@ -813,6 +846,10 @@ def launch(
             f"ssmscan selective_scan Triton kernels take float32/16, bfloat16 or float64 u; got {u.dtype}"
         )
     batch, dim, L = u.shape
+    if isinstance(L, int) and isinstance(batch, int) and L * batch == 0:
+        # no steps (or no rows): nothing to sum, the state passes through (dinit = dlast)
+        _backward_without_steps(dlast_state, D, z, delta_bias, initial_state, dA, optional_grads)
+        return
     N = int(A.shape[1])  # specialized under symbolic sizes, as in the forward's ``launch``
     NP = pad_states(N)
     G = int(num_groups(B))
@@ -1129,7 +1166,7 @@ def launch(
     if finish:
         # 4 partial values per thread and load (one 16-byte load), SUM_UNROLL loads a group
         block_l = max(1, SUM_VALUES // NP)
-        launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l), batch * G, 5)](
+        launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l) * batch * G, 5)](
             dBCp,
             dB,
             dC,

@@ -274,22 +274,26 @@ def _prep_bc_kernel(
     NP: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
-    """``prep_BC_lane``: BLOCK_T steps of B (program axis 2 = 0) or C (1) of one (batch, group),
-    cast to fp32 and transposed, zeros at the padded states and steps."""
-    i_t = tl.program_id(0)
-    i_bg = tl.program_id(1)
-    which = tl.program_id(2)
+    """``prep_BC_lane``: BLOCK_T steps of B (program axis 1 = 0) or C (1) of one (batch, group),
+    cast to fp32 and transposed, zeros at the padded states and steps. Program axis 0 runs over
+    (batch x group, step block), so batch x G is not bound by the grid's 65535 on axis 1; every
+    offset is int64 (a time stride of a channels-last view times 1M steps overflows int32)."""
+    nt = tl.cdiv(LP, BLOCK_T)
+    i = tl.program_id(0)
+    i_t = i % nt
+    i_bg = i // nt
+    which = tl.program_id(1)
     b = (i_bg // G).to(tl.int64)
     g = (i_bg % G).to(tl.int64)
-    o_t = i_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    o_t = i_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     o_n = tl.arange(0, NP)
     m = (o_n < N)[:, None] & (o_t < L)[None, :]  # loaded (NP, BLOCK_T): steps contiguous
-    if which == 0:
-        p = B + b * sBb + g * sBg + o_n[:, None].to(tl.int64) * sBn + o_t[None, :] * sBl
-        x = tl.load(p, mask=m, other=0.0).to(tl.float32)
+    if which == 0:  # (separate pointer names: B and C may differ in dtype)
+        pB = B + b * sBb + g * sBg + o_n[:, None].to(tl.int64) * sBn + o_t[None, :] * sBl
+        x = tl.load(pB, mask=m, other=0.0).to(tl.float32)
     else:
-        p = C + b * sCb + g * sCg + o_n[:, None].to(tl.int64) * sCn + o_t[None, :] * sCl
-        x = tl.load(p, mask=m, other=0.0).to(tl.float32)
+        pC = C + b * sCb + g * sCg + o_n[:, None].to(tl.int64) * sCn + o_t[None, :] * sCl
+        x = tl.load(pC, mask=m, other=0.0).to(tl.float32)
     base = ((which * batch + b) * G + g) * LP * NP
     q = out + base + o_t[:, None] * NP + o_n[None, :]
     tl.store(q, tl.trans(x), mask=(o_t < LP)[:, None])
@@ -311,7 +315,7 @@ def prep_BC_lane(
     G, N, L = (1, *B.shape[1:]) if B.dim() == 3 else B.shape[1:]
     out = torch.empty((2, batch, G, steps, NP), dtype=torch.float32, device=B.device)
     block_t = 64
-    launcher(_prep_bc_kernel)[(triton.cdiv(steps, block_t), batch * G, 2)](
+    launcher(_prep_bc_kernel)[(triton.cdiv(steps, block_t) * batch * G, 2)](
         B, C, out, batch, G, N, L, steps, *strides(B), *strides(C), NP=NP, BLOCK_T=block_t,
         num_warps=4,
     )  # fmt: skip
