@@ -46,20 +46,28 @@ _DUMMIES: dict[torch.device, torch.Tensor] = {}
 
 
 class _Params:
-    """Per JITFunction: parameter names in order, which are constexpr, defaults; the cache."""
+    """Per kernel: parameter names in order, which are constexpr, defaults; the cache. A
+    JITFunction or, under TRITON_INTERPRET, an InterpretedFunction (no ``params``: which are
+    constexpr is only needed by the fast path, CUDA only); both keep the Python ``fn``."""
 
     def __init__(self, jit: Any) -> None:
-        self.names = [p.name for p in jit.params]
-        self.const = [p.is_constexpr for p in jit.params]
-        sig = jit.signature.parameters
-        self.defaults = {
-            n: sig[n].default for n in self.names if sig[n].default is not sig[n].empty
-        }
+        sig = inspect.signature(getattr(jit, "fn", jit)).parameters
+        self.names = list(sig)
+        params = getattr(jit, "params", None)
+        self.const = [p.is_constexpr for p in params] if params else [False] * len(self.names)
+        self.defaults = {n: p.default for n, p in sig.items() if p.default is not p.empty}
         self.index = {n: i for i, n in enumerate(self.names)}
         self.cache: dict[tuple, Any] = {}
 
 
 _PARAMS: dict[int, _Params] = {}
+
+
+def _params(jit: Any) -> _Params:
+    par = _PARAMS.get(id(jit))
+    if par is None:
+        par = _PARAMS[id(jit)] = _Params(jit)
+    return par
 
 
 def _spec(v: Any, const: bool) -> Any:
@@ -94,9 +102,7 @@ def _fast_launch(
         return jit[grid](*args, **kwargs)
     if jit.pre_run_hooks:
         return jit[grid](*args, **kwargs)
-    par = _PARAMS.get(id(jit))
-    if par is None:
-        par = _PARAMS[id(jit)] = _Params(jit)
+    par = _params(jit)
     names, n = par.names, len(args)
     values = list(args)
     for name in names[n:]:
@@ -141,16 +147,6 @@ class _Launcher:
             self._kernel = torch.library.wrap_triton(kernel)
         self._check = check
         self._checked: dict[int, Any] = {}  # compiled kernels checked (not via the fast path)
-        self._sig: tuple[list[str], dict[str, Any]] | None = None
-
-    def _signature(self) -> tuple[list[str], dict[str, Any]]:
-        """The kernel's parameter names in order and the defaults of those that have one (a
-        JITFunction or, under TRITON_INTERPRET, an InterpretedFunction: both keep ``fn``)."""
-        if self._sig is None:
-            sig = inspect.signature(getattr(self._jit, "fn", self._jit)).parameters
-            defaults = {n: p.default for n, p in sig.items() if p.default is not p.empty}
-            self._sig = (list(sig), defaults)
-        return self._sig
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
         from torch._library.triton import is_wrap_triton_enabled
@@ -177,9 +173,9 @@ class _Launcher:
             # traced (``wrap_triton`` on): every parameter passed, constexpr defaults included
             # (the tracer checks the argument list against the signature and does not apply
             # defaults: a kernel launched without its defaulted constexprs failed to compile)
-            names, defaults = self._signature()
-            given = set(names[: len(args)]) | set(kwargs)
-            missing = {n: v for n, v in defaults.items() if n not in given}
+            par = _params(self._jit)
+            given = set(par.names[: len(args)]) | set(kwargs)
+            missing = {n: v for n, v in par.defaults.items() if n not in given}
             if missing:
                 kwargs = {**kwargs, **missing}
             if self._check is not None and like.is_cuda and not is_wrap_triton_enabled():
