@@ -148,6 +148,23 @@ def ours_fwd_bwd(kw, dout):
     )
 
 
+def api_fwd(kw):
+    """The public API in eager, as users call it (Note [eager CUDA fast path]), no grad."""
+    import ssmscan
+
+    with torch.no_grad():
+        return ssmscan.selective_scan(**kw, delta_softplus=True)
+
+
+def api_fwd_bwd(kw_grad, dout):
+    """The public API's forward with every input requiring grad, then its backward through
+    autograd (``torch.autograd.grad``: no accumulation into ``.grad``)."""
+    import ssmscan
+
+    out = ssmscan.selective_scan(**kw_grad, delta_softplus=True)
+    return torch.autograd.grad(out, list(kw_grad.values()), dout)
+
+
 def mamba_fwd(mb, kw):
     B4, C4 = kw["B"].unsqueeze(1), kw["C"].unsqueeze(1)
     return mb.fwd(kw["u"], kw["delta"], kw["A"], B4, C4, kw["D"], kw["z"], kw["delta_bias"], True)
@@ -260,6 +277,9 @@ def floors(batch, dim, L, N, dtype):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench_gpu.json")
+    ap.add_argument(
+        "--api", action="store_true", help="also time the public API in eager (fast path)"
+    )
     ap.add_argument("--ck", default="256", help="checkpoint lengths to time")
     ap.add_argument(
         "--targets",
@@ -368,6 +388,18 @@ def main():
                     warmup=10,
                     rep=60,
                 )
+                if args.api:
+                    kwg = {k: v.detach().clone().requires_grad_() for k, v in kw.items()}
+                    row[f"ck{ck}_api_fwd_ms"] = triton.testing.do_bench(
+                        lambda kw=kw: api_fwd(kw), return_mode="median", warmup=10, rep=60
+                    )
+                    row[f"ck{ck}_api_fb_ms"] = triton.testing.do_bench(
+                        lambda kwg=kwg, dout=dout: api_fwd_bwd(kwg, dout),
+                        return_mode="median",
+                        warmup=10,
+                        rep=60,
+                    )
+                    del kwg
                 if args.graph:
                     row[f"ck{ck}_fwd_graph_ms"] = graph_ms(lambda kw=kw: ours_fwd(kw))
                     row[f"ck{ck}_fb_graph_ms"] = graph_ms(
@@ -400,6 +432,21 @@ def main():
                 f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
                 f"{r['floor_fwd_ms'] / of:.2f} | {mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} | {r['floor_fb_ms'] / ofb:.2f} |"
             )
+    if args.api:
+        print(
+            "\nPublic API in eager (ssmscan.selective_scan; f+b through autograd):\n"
+            "| shape | dtype | CK w TARGET_WARPS | mamba fwd | api fwd | ratio | mamba f+b | api f+b | ratio |"
+        )
+        for r in rows:
+            for ck in [key(*v) for v in variants]:
+                if f"ck{ck}_api_fwd_ms" not in r:
+                    continue
+                mf, mfb = r.get("mamba_fwd_ms", float("nan")), r.get("mamba_fb_ms", float("nan"))
+                of, ofb = r[f"ck{ck}_api_fwd_ms"], r[f"ck{ck}_api_fb_ms"]
+                print(
+                    f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
+                    f"{mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} |"
+                )
     if args.graph:
         print(
             "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |"

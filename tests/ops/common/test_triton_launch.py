@@ -128,3 +128,55 @@ def test_launcher_made_in_eager_still_traces():
 
 def _empty_kernel(x):
     pass
+
+
+def test_inlined_key_equals_spec():
+    """``_key`` (the eager launch path's inlined key) is exactly ``_spec`` per argument."""
+    import torch
+
+    from ssmscan.ops.common.triton_launch import _key, _spec
+
+    t = torch.empty(8)
+    vals = [t, t[1:], 0, 1, 16, 17, -5, 2**31, -(2**31) - 1, True, False, 1.5, None, "s", t.half()]
+    for const in (False, True):
+        flags = [const] * len(vals)
+        assert _key(vals, flags) == [_spec(v, const) for v in vals]
+    mixed = [i % 2 == 0 for i in range(len(vals))]
+    assert _key(vals, mixed) == [_spec(v, c) for v, c in zip(vals, mixed)]
+
+
+def test_traced_launch_flattens_contiguous_tensors():
+    """Note [flat traced tensors]: traced launches get contiguous tensors as 1-D views of the
+    same memory (no size-1 dimension with a symbolic stride for torch 2.11's Inductor to trip
+    on); non-contiguous ones as they are."""
+    import triton
+    import triton.language as tl
+    from torch._library.triton import set_wrap_triton_enabled
+
+    from ssmscan.ops.common import triton_launch
+
+    @triton.jit
+    def kernel(x, y, n, out, A: tl.constexpr):
+        pass
+
+    seen = {}
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                seen.update(args=args, kwargs=kwargs)
+
+            return run
+
+    made = triton_launch._Launcher(kernel, None)
+    made._kernel = Recorder()
+    x = torch.randn(1, 3, 4)
+    y = torch.randn(4, 3).t()
+    out = torch.empty(2, 1, 5)
+    with set_wrap_triton_enabled(True):
+        made[(1,)](x, y, 7, out=out, A=1)
+    fx, fy, n = seen["args"]
+    assert fx.shape == (12,) and fx.data_ptr() == x.data_ptr()
+    assert fy is y and n == 7
+    fo = seen["kwargs"]["out"]
+    assert fo.shape == (10,) and fo.data_ptr() == out.data_ptr()

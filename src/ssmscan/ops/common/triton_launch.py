@@ -83,6 +83,24 @@ def _spec(v: Any, const: bool) -> Any:
     return type(v)  # floats: Triton specializes on the type only
 
 
+def _key(values: list, const: list[bool]) -> list:
+    """``[_spec(v, c) for v, c in zip(values, const)]``, inlined for the two common cases (ints,
+    tensors): this runs for every argument of every eager launch."""
+    key = []
+    add = key.append
+    lo, hi = _INT32
+    for v, c in zip(values, const):
+        if c:
+            add(v)
+        elif type(v) is int:  # not bool (type(True) is bool)
+            add((v == 1, v % 16 == 0, lo <= v <= hi, v >= 0))
+        elif isinstance(v, torch.Tensor):
+            add((v.dtype, v.data_ptr() % 16 == 0))
+        else:
+            add(_spec(v, False))
+    return key
+
+
 def _hooked(hook: Any) -> bool:
     """Whether a Triton launch hook is set: Triton 3.6 keeps a ``HookChain`` (empty unless a
     profiler added to it), earlier versions ``None`` or a callable."""
@@ -109,7 +127,7 @@ def _fast_launch(
         values.append(kwargs[name] if name in kwargs else par.defaults[name])
     options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in par.index))
     device = driver.active.get_current_device()
-    key = (device, options, *(_spec(v, c) for v, c in zip(values, par.const)))
+    key = (device, options, *_key(values, par.const))
     compiled = par.cache.get(key)
     if compiled is None:
         if check is not None:  # compiled and checked before its first launch
@@ -133,6 +151,19 @@ def _fast_launch(
         *values,
     )
     return compiled
+
+
+def _flat(v: Any) -> Any:
+    """Note [flat traced tensors]: torch 2.11's Inductor (fixed in 2.12, pytorch#181735)
+    decomposes a functionalized user-kernel call by tracing it twice and asserts the two graphs
+    have as many nodes; the clone of a mutated tensor with a size-1 dimension whose stride is
+    symbolic (``torch.compile(dynamic=True)``: a (batch, 1, dim, NP) partial sum, a batch-1
+    output) simplifies differently in the two traces, and the compile fails. Our kernels take
+    only pointers and compute offsets from int arguments, so a contiguous tensor is passed as
+    its 1-D view: same pointer, no such dimension."""
+    if isinstance(v, torch.Tensor) and v.dim() > 1 and v.is_contiguous():
+        return v.view(-1)
+    return v
 
 
 class _Launcher:
@@ -170,6 +201,9 @@ class _Launcher:
                 kwargs = {k: dummy if v is None else v for k, v in kwargs.items()}
             if fast:
                 return _fast_launch(self._jit, grid, args, kwargs, self._check)
+            # traced: contiguous tensors flattened (Note [flat traced tensors])
+            args = tuple(_flat(a) for a in args)
+            kwargs = {k: _flat(v) for k, v in kwargs.items()}
             # traced (``wrap_triton`` on): every parameter passed, constexpr defaults included
             # (the tracer checks the argument list against the signature and does not apply
             # defaults: a kernel launched without its defaulted constexprs failed to compile)

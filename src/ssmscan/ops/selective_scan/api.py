@@ -6,6 +6,7 @@ from typing import Literal
 
 import torch
 
+from ssmscan.ops.selective_scan import eager
 from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_scan.checks import check_selective_scan_args
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
@@ -84,6 +85,10 @@ def selective_scan(
             raise ValueError(
                 f"impl={impl!r} runs on {_DEVICE_OF_IMPL[impl]} tensors; got u on {u.device}"
             )
+    tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    if impl != "cpu" and eager.fast_path_ok(tensors):  # Note [eager CUDA fast path]
+        out, last = eager.selective_scan(*tensors, delta_softplus)
+        return (out, last) if return_last_state else out
     out, last, _ = torch.ops.ssmscan.selective_scan_fwd(
         u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
     )
