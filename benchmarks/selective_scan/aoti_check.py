@@ -1,8 +1,14 @@
 """AOTInductor check on GPU: a module calling ``ssmscan::selective_scan_fwd`` is exported, packaged
 with ``aoti_compile_and_package``, loaded in a fresh process and compared with eager.
 
-    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py build DIR
-    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py load DIR   (fresh process)
+    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py build DIR [bf16]
+    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py load DIR [bf16]  (fresh process)
+
+On the lent H200 machine Inductor's C++ compiler (``CXX``: /opt/gcc/bin/g++) builds the package's
+wrapper with its own copy of the C++ runtime's locale / regex code while the process has the
+system libstdc++ loaded; the wrapper then crashes in ``std::regex`` (``parse_device_str``) at
+load. Build with ``CXX=/usr/bin/g++`` (the system compiler), or load with that libstdc++
+preloaded (``LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6)``); see ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ class ScanBlock(torch.nn.Module):
         return out * 2.0, last
 
 
-def inputs(dim=64, L=300, N=16, batch=2):
+def inputs(dim=64, L=300, N=16, batch=2, dtype=torch.float32):
     g = torch.Generator().manual_seed(1)
-    r = lambda *s: torch.randn(*s, generator=g).cuda()  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype).cuda()  # noqa: E731
     return (
         r(batch, dim, L),
         r(batch, dim, L) * 0.5,
@@ -42,11 +48,12 @@ def inputs(dim=64, L=300, N=16, batch=2):
 
 def main():
     mode, path = sys.argv[1], sys.argv[2]
+    dtype = torch.bfloat16 if sys.argv[3:] == ["bf16"] else torch.float32
     import ssmscan  # noqa: F401
 
     torch.manual_seed(0)
     model = ScanBlock(64, 16).cuda()
-    args = inputs()
+    args = inputs(dtype=dtype)
     if mode == "build":
         with torch.no_grad():
             ref = model(*args)
@@ -62,8 +69,11 @@ def main():
         runner = torch._inductor.aoti_load_package(os.path.join(path, "scan.pt2"))
         got = runner(*args)
         ref = torch.load(os.path.join(path, "ref.pt"))
-        errs = [((g.cpu() - r).abs().max() / r.abs().max()).item() for g, r in zip(got, ref)]
-        print("AOTI fresh-process max rel errors vs eager:", errs)
+        errs = [
+            ((g.cpu().double() - r.double()).abs().max() / r.double().abs().max()).item()
+            for g, r in zip(got, ref)
+        ]
+        print(f"AOTI fresh-process ({dtype}) max rel errors vs eager:", errs)
         assert all(e < 1e-6 for e in errs), errs
         print("AOTI_OK")
 

@@ -78,6 +78,17 @@ def main():
         lambda: ssmscan.selective_scan(**grad_kw, delta_softplus=True)
     )
     res["api fwd+backward()"] = us(api_fb)
+    out_g = ssmscan.selective_scan(**grad_kw, delta_softplus=True)
+    leaves = [v for v in grad_kw.values() if v.requires_grad]
+    res["api bwd: grad_fn.apply (no engine)"] = us(lambda: out_g.grad_fn.apply(dout, None))
+    res["api bwd: autograd.grad (engine)"] = us(
+        lambda: torch.autograd.grad(out_g, leaves, dout, retain_graph=True)
+    )
+    x = torch.randn(8, device="cuda", requires_grad=True)
+    y = x * 2.0
+    res["engine: autograd.grad of x * 2 (cuda)"] = us(
+        lambda: torch.autograd.grad(y, x, torch.ones_like(y), retain_graph=True)
+    )
     res["op f+b (torch.ops)"] = us(lambda: bench_gpu.ours_fwd_bwd(kw, dout))
     res["launch fwd"] = us(launch_fwd)
     res["launch bwd"] = us(launch_bwd)

@@ -387,14 +387,15 @@ def test_triton_interpreter_finish_kernel(batch, dim, L, N, groups, monkeypatch)
 
 @pytest.mark.triton
 @_INTERP
-@pytest.mark.parametrize("warps", [1, 2])
+@pytest.mark.parametrize("warps", [1, 4])
 def test_triton_interpreter_small_lane_programs(warps, monkeypatch):
-    """``triton_fwd.FWD_WARPS`` below 4: the lane forward, states and local kernels on 8 or 16
-    channel programs (two groups, L in segments) still match float64."""
+    """``triton_fwd.FWD_WARPS`` other than the default 2: the lane forward, states and local
+    kernels on 8 or 32 channel programs (two groups, L in segments) still match float64."""
     from ssmscan.ops.selective_scan import triton_fwd
 
     monkeypatch.setattr(triton_fwd, "FWD_WARPS", warps)
-    assert triton_fwd.fwd_block_channels(1, 32, 2, 16, 4) == (8 * warps, warps)
+    # 4 warps: 32 channels a program, capped by the group of 16 (then 2 warps)
+    assert triton_fwd.fwd_block_channels(1, 32, 2, 16, 4) == {1: (8, 1), 4: (16, 2)}[warps]
     _run_case(1, 32, 300, 16, 2, True, True, True, torch.float32, True)
 
 

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
 
 
@@ -60,7 +61,7 @@ def launch(
     if L == 0 or M == 0:
         return
     block_m = 1024 if M >= 1024 * 264 else 256 if M >= 256 * 132 else 128
-    grid = (triton.cdiv(M, block_m),)
+    grid = (cdiv(M, block_m),)
     launcher(_linear_scan_fwd_kernel)[grid](
         a.contiguous(),
         b.contiguous(),

@@ -67,6 +67,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import triton_bwd_lane, triton_bwd_split, triton_common, triton_fwd
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
@@ -856,7 +857,7 @@ def launch(
     assert CHECKPOINT_LEN % TILE_T == 0 and CHECKPOINT_LEN % triton_bwd_split.SPLIT_TT == 0
     # the local / carry passes (segments) always run with the tile kernels' blocks
     block_d, warps = bwd_block_channels(batch, dim, G)
-    nblk = triton.cdiv(dim, block_d)
+    nblk = cdiv(dim, block_d)
     # the split kernel's path (states kernel, 8-channel warps), its main kernel the lane one for
     # "lane" (Note [selective scan backward lanes])
     split = BWD_VARIANT in ("split", "lane") and triton_bwd_split.applies(
@@ -879,7 +880,7 @@ def launch(
     assert NCK == num_checkpoints(L), (NCK, L)
     if split:  # the forward's density: 8 channels per warp, so the forward's split target
         nseg, seg = segments(
-            batch * triton.cdiv(dim, triton_bwd_split.SPLIT_BLOCK_D),
+            batch * cdiv(dim, triton_bwd_split.SPLIT_BLOCK_D),
             NCK - 1,
             triton_common.FWD_TARGET_WARPS,
         )
@@ -943,7 +944,7 @@ def launch(
             triton_bwd_lane._selective_scan_bwd_lane_local_kernel, check_lane_layout(KL)
         )
         try:
-            kernel[(triton.cdiv(dim, sbd), batch, nseg)](
+            kernel[(cdiv(dim, sbd), batch, nseg)](
                 dout_c,
                 delta_c,
                 A2,
@@ -1025,7 +1026,7 @@ def launch(
     state_shape: tuple[int, int] = (NP, dim)
     if split:
         block_d, warps = triton_bwd_split.SPLIT_BLOCK_D, 1
-        nblk = triton.cdiv(dim, block_d)
+        nblk = cdiv(dim, block_d)
         state_shape = (dim, NP)
         dlast_main = dlast_dn
         if seg_adj is not None and not lane_local:  # the 2-D carry pass's (NP, dim)
@@ -1036,7 +1037,7 @@ def launch(
         if NP != N:
             ck = torch.nn.functional.pad(ck, (0, NP - N))
         # every tile's start state, all chunks at once (Note [selective scan backward split])
-        tstates = torch.empty((batch, dim, triton.cdiv(L, TT), NP), dtype=f32, device=dev)
+        tstates = torch.empty((batch, dim, cdiv(L, TT), NP), dtype=f32, device=dev)
         states_args: list[Any] = [u_c, delta_c, A2_main, None, bias_c, ck, tstates, dim, L, G, NCK]
         states_consts = dict(
             SOFTPLUS=delta_softplus,
@@ -1047,7 +1048,7 @@ def launch(
         lane = triton_fwd.FWD_VARIANT == "lane" and KL * TPL == TT
         if lane:  # the lane forward's tiles (Note [selective scan forward lanes])
             sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
-            grid = (triton.cdiv(dim, sbd), batch, NCK - 1)
+            grid = (cdiv(dim, sbd), batch, NCK - 1)
             kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
             args = list(states_args)
             args[3] = lane_BC()[0]  # time-padded
@@ -1061,7 +1062,7 @@ def launch(
         if not lane:
             sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP)
             launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
-                (triton.cdiv(dim, sbd), batch, NCK - 1)
+                (cdiv(dim, sbd), batch, NCK - 1)
             ](*states_args[:3], plain_BC(0), *states_args[4:], **states_consts, BLOCK_D=sbd, TT=TT,
               num_warps=sw)  # fmt: skip
         states: tuple[torch.Tensor | None, ...] = (tstates, seg_adj_main)
@@ -1166,7 +1167,7 @@ def launch(
     if finish:
         # 4 partial values per thread and load (one 16-byte load), SUM_UNROLL loads a group
         block_l = max(1, SUM_VALUES // NP)
-        launcher(_selective_scan_bwd_sum_partials_kernel)[(triton.cdiv(L, block_l) * batch * G, 5)](
+        launcher(_selective_scan_bwd_sum_partials_kernel)[(cdiv(L, block_l) * batch * G, 5)](
             dBCp,
             dB,
             dC,

@@ -75,6 +75,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import next_pow2
 from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _tile_inputs
 from ssmscan.ops.selective_scan.triton_fwd import _col, _fwd_tile
 
@@ -354,6 +355,8 @@ def _aligned(t: torch.Tensor) -> bool:
     """16-byte aligned data: the pointer in eager; under tracing (fake tensors, no pointer) the
     storage offset, which is what Inductor's own alignment assumption looks at (it copies inputs
     that break it at run time)."""
+    if type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "meta":
+        return t.data_ptr() % 16 == 0  # eager: no is_fake (host time of batch-1 calls)
     from torch._subclasses.fake_tensor import is_fake
 
     if is_fake(t) or t.device.type == "meta":
@@ -376,7 +379,7 @@ def applies(
     True) reaches Triton without its divisibility) and every tensor 16-byte aligned (Triton
     specializes on both; with L = 2040 the layouts differ). The interpreter emulates the
     shuffles (``EMU``), so there any L."""
-    if triton.next_power_of_2(max(N, 4)) != SPLIT_NP or (dim // G) % SPLIT_BLOCK_D != 0:
+    if next_pow2(max(N, 4)) != SPLIT_NP or (dim // G) % SPLIT_BLOCK_D != 0:
         return False
     if not on_gpu:
         return True

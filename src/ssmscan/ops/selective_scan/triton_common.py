@@ -66,6 +66,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import cdiv, next_pow2
+
 LOG2E = math.log2(math.e)
 TILE_T = 4
 # Compiled kernels (inline PTX available) or Triton's CPU interpreter (none): the knob
@@ -215,7 +217,7 @@ def segments(warps: int, n_chunks: int, target: int | None = None) -> tuple[int,
 
 def pad_states(N: int) -> int:
     """Padded state count NP (a multiple of 4, power of two)."""
-    return max(4, triton.next_power_of_2(N))
+    return max(4, next_pow2(N))
 
 
 def as_f32(x: torch.Tensor) -> torch.Tensor:
@@ -315,7 +317,7 @@ def prep_BC_lane(
     G, N, L = (1, *B.shape[1:]) if B.dim() == 3 else B.shape[1:]
     out = torch.empty((2, batch, G, steps, NP), dtype=torch.float32, device=B.device)
     block_t = 64
-    launcher(_prep_bc_kernel)[(triton.cdiv(steps, block_t) * batch * G, 2)](
+    launcher(_prep_bc_kernel)[(cdiv(steps, block_t) * batch * G, 2)](
         B, C, out, batch, G, N, L, steps, *strides(B), *strides(C), NP=NP, BLOCK_T=block_t,
         num_warps=4,
     )  # fmt: skip
@@ -333,7 +335,7 @@ def block_channels(batch: int, dim: int, G: int) -> tuple[int, int]:
     so that B_t / C_t are broadcast loads and the dB / dC partials are per group."""
     block_d, warps = 32, 1
     for bd, w in ((128, 4), (64, 2)):
-        if batch * triton.cdiv(dim, bd) >= 3 * 132:
+        if batch * cdiv(dim, bd) >= 3 * 132:
             block_d, warps = bd, w
             break
     if G > 1:

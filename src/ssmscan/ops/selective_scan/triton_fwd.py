@@ -49,6 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import triton_common
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
@@ -316,10 +317,12 @@ LANE_OPTIONS: dict[str, int] = {}
 
 
 # warps per forward program (and per program of the lane kernels that share its tiles: the
-# backward's states and local passes); a module constant so that the benchmark can time smaller
-# programs (finer-grained scheduling of a partial last wave, e.g. 768 four-warp programs on 528
-# slots at (16, 1536, 1024, 16))
-FWD_WARPS = 4
+# backward's states and local passes); a module constant so that the benchmark can time others.
+# 2: finer-grained scheduling of a partial last wave (at (16, 1536, 1024, 16) 768 four-warp
+# programs on 528 slots); H200, 2026-12-01, bf16 forward there 0.291 -> 0.286 ms (mamba-ssm
+# 0.431: 0.68 -> 0.66), 0.299 -> 0.295 fp32, the other benchmark shapes within 1% either way
+# (1 warp timed the same as 2)
+FWD_WARPS = 2
 
 
 def fwd_block_channels(
@@ -418,7 +421,7 @@ def _launch(
     block_d, warps = fwd_block_channels(batch, dim, G, NP, KL if lane else None)
     # B / C time-padded for the lane kernel, one more tile for its prefetch
     LP = padded_steps(L, TT) if lane else L
-    nblk = triton.cdiv(dim, block_d)
+    nblk = cdiv(dim, block_d)
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     f32 = torch.float32
     dev = u.device

@@ -48,6 +48,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.selective_scan.triton_common import _PTX, _sigmoid, _softplus
 
 
@@ -515,7 +516,7 @@ LP_ALIGN = 16
 def padded_steps(L: int, TT: int) -> int:
     """LP: the steps of the lane kernels' B / C copies, whole tiles and one more for the
     prefetch, rounded up to a multiple of ``LP_ALIGN``."""
-    return triton.cdiv((triton.cdiv(L, TT) + 1) * TT, LP_ALIGN) * LP_ALIGN
+    return cdiv((cdiv(L, TT) + 1) * TT, LP_ALIGN) * LP_ALIGN
 
 
 def lane_geometry(NP: int) -> tuple[int, int]:

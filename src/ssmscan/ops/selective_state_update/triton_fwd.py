@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.host_math import cdiv, next_pow2
 from ssmscan.ops.common.triton_launch import launcher
 
 
@@ -92,9 +93,9 @@ def launch(
     if batch == 0 or dim == 0:
         return
     G = 1 if B.dim() == 2 else int(B.shape[1])
-    NP = triton.next_power_of_2(N)
-    block_d = max(1, min(128, 2048 // NP, triton.next_power_of_2(int(dim))))
-    grid = (triton.cdiv(dim, block_d), batch)
+    NP = next_pow2(N)
+    block_d = max(1, min(128, 2048 // NP, next_pow2(int(dim))))
+    grid = (cdiv(dim, block_d), batch)
     f32 = torch.float32
     launcher(_selective_state_update_fwd_kernel)[grid](
         state.contiguous(),
