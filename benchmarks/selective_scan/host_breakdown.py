@@ -104,9 +104,9 @@ def main():
     rec = []
     real = triton_launch._fast_launch
 
-    def spy(jit, grid, a_, k_, check):
-        rec.append((jit, grid, a_, k_, check))
-        return real(jit, grid, a_, k_, check)
+    def spy(jit, grid, a_, k_, check, like):
+        rec.append((jit, grid, a_, k_, check, like))
+        return real(jit, grid, a_, k_, check, like)
 
     triton_launch._fast_launch = spy
     try:
@@ -116,9 +116,9 @@ def main():
     finally:
         triton_launch._fast_launch = real
     dev = driver.active.get_current_device()
-    for i, (jit, grid, a_, k_, check) in enumerate(rec):
+    for i, (jit, grid, a_, k_, check, like) in enumerate(rec):
         name = f"{'fwd' if i < n_fwd else 'bwd'} {jit.fn.__name__} ({len(a_) + len(k_)} args)"
-        res[f"{name}: _fast_launch"] = us(lambda: real(jit, grid, a_, k_, check))
+        res[f"{name}: _fast_launch"] = us(lambda: real(jit, grid, a_, k_, check, like))
         par = triton_launch._params(jit)
         compiled = next(iter(par.cache.values())) if len(par.cache) == 1 else None
         if compiled is not None:

@@ -180,3 +180,67 @@ def test_traced_launch_flattens_contiguous_tensors():
     assert fy is y and n == 7
     fo = seen["kwargs"]["out"]
     assert fo.shape == (10,) and fo.data_ptr() == out.data_ptr()
+
+
+def test_fast_launch_binds_in_signature_order(monkeypatch):
+    """The eager fast path without a GPU: Triton's runtime pieces faked. The first launch
+    compiles (``jit[grid]``, here a recorder) with ``None`` replaced by the placeholder and is
+    cached; the second runs the cached kernel with every value in signature order (positional,
+    keywords in any order, defaults filled in, ``None`` replaced), launch options in the key."""
+    import inspect as _inspect
+
+    from ssmscan.ops.common import triton_launch
+
+    def fn(x, y, n, out, A, B=3, C=4):
+        pass
+
+    ran = []
+
+    class Compiled:
+        function, packed_metadata = "f", "m"
+
+        def run(self, *a):
+            ran.append(a)
+
+    class Jit:
+        def __init__(self):
+            self.fn, self.compiles, self.pre_run_hooks = fn, [], []
+            self.params = [
+                type("P", (), {"is_constexpr": name in ("A", "B", "C")})()
+                for name in _inspect.signature(fn).parameters
+            ]
+
+        def __getitem__(self, grid):
+            def compile_(*a, **k):
+                self.compiles.append((grid, a, k))
+                return Compiled()
+
+            return compile_
+
+    class Active:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device):
+            return 99
+
+    knobs = type("K", (), {"runtime": type("R", (), {"launch_enter_hook": None,
+                                                      "launch_exit_hook": None})()})()  # fmt: skip
+    driver = type("D", (), {"active": Active()})()
+    monkeypatch.setattr(triton_launch, "_TRITON", [knobs, driver])
+    jit = Jit()
+    x, out = torch.zeros(4), torch.zeros(4)
+    dummy = triton_launch._dummy(x, True)
+    for _ in range(2):
+        triton_launch._fast_launch(jit, (5,), (x, None), {"A": 1, "out": out, "n": 7, "C": 9,
+                                                           "num_warps": 2}, None, x)  # fmt: skip
+    assert len(jit.compiles) == 1  # then cached
+    grid, a, k = jit.compiles[0]
+    assert grid == (5,) and a[0] is x and a[1] is dummy and k["num_warps"] == 2
+    (launch,) = ran
+    assert launch[:9] == (5, 1, 1, 99, "f", "m", None, None, None)
+    assert list(launch[9:]) == [x, dummy, 7, out, 1, 3, 9]
+    # another option value is another kernel
+    triton_launch._fast_launch(jit, (5,), (x, None), {"A": 1, "out": out, "n": 7, "C": 9,
+                                                       "num_warps": 4}, None, x)  # fmt: skip
+    assert len(jit.compiles) == 2

@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from functools import partial
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any
 
 import torch
@@ -43,6 +46,8 @@ import torch
 FAST_EAGER = True
 _INT32 = (-(2**31), 2**31 - 1)
 _DUMMIES: dict[torch.device, torch.Tensor] = {}
+_TRITON: list[Any] = []
+_NONES = repeat(None)
 
 
 class _Params:
@@ -58,6 +63,7 @@ class _Params:
         self.defaults = {n: p.default for n, p in sig.items() if p.default is not p.empty}
         self.index = {n: i for i, n in enumerate(self.names)}
         self.cache: dict[tuple, Any] = {}
+        self.plans: dict[tuple, Any] = {}
 
 
 _PARAMS: dict[int, _Params] = {}
@@ -86,7 +92,7 @@ def _spec(v: Any, const: bool) -> Any:
 def _key(values: list, const: list[bool]) -> list:
     """``[_spec(v, c) for v, c in zip(values, const)]``, inlined for the two common cases (ints,
     tensors): this runs for every argument of every eager launch."""
-    key = []
+    key: list[Any] = []
     add = key.append
     lo, hi = _INT32
     for v, c in zip(values, const):
@@ -110,26 +116,82 @@ def _hooked(hook: Any) -> bool:
     return calls is None or len(calls) > 0
 
 
-def _fast_launch(
-    jit: Any, grid: tuple[int, ...], args: tuple, kwargs: dict, check: Callable[[Any], None] | None
-) -> Any:
-    from triton import knobs
-    from triton.runtime.driver import driver
+def _triton() -> list[Any]:
+    """[triton.knobs, Triton's driver], imported once (not per launch)."""
+    if not _TRITON:
+        from triton import knobs
+        from triton.runtime.driver import driver
 
-    if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
-        return jit[grid](*args, **kwargs)
-    if jit.pre_run_hooks:
+        _TRITON.extend((knobs, driver))
+    return _TRITON
+
+
+def _dummy(like: torch.Tensor, eager: bool) -> torch.Tensor:
+    """The placeholder for ``None`` pointers (Note [no None pointers]): eager, one per device;
+    traced, a fresh one, so that graphs hold no constant tensor."""
+    if not eager:
+        return torch.empty(16, dtype=torch.float32, device=like.device)
+    dummy = _DUMMIES.get(like.device)
+    if dummy is None:
+        dummy = _DUMMIES[like.device] = torch.empty(16, dtype=torch.float32, device=like.device)
+    return dummy
+
+
+def _no_nones(args: tuple, kwargs: dict, like: torch.Tensor, eager: bool) -> tuple[tuple, dict]:
+    if any(map(is_, args, _NONES)) or any(map(is_, kwargs.values(), _NONES)):
+        dummy = _dummy(like, eager)
+        args = tuple(dummy if a is None else a for a in args)
+        kwargs = {k: dummy if v is None else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def _plan(par: _Params, n: int, kwargs: dict) -> tuple[Any, tuple[str, ...]]:
+    """For a call with ``n`` positional arguments and these keyword names (in order): a getter
+    of the remaining parameters' values in signature order from {defaults, kwargs} merged, and
+    the launch options' names (``num_warps`` ...), made once per call signature."""
+    sig = (n, *kwargs)
+    plan = par.plans.get(sig)
+    if plan is None:
+        rest = par.names[n:]
+        lost = [r for r in rest if r not in kwargs and r not in par.defaults]
+        if lost:
+            raise TypeError(f"launch of {par.names} is missing arguments {lost}")
+        if len(rest) == 0:
+            get: Any = lambda d: ()  # noqa: E731
+        elif len(rest) == 1:
+            get = lambda d, r=rest[0]: (d[r],)  # noqa: E731
+        else:
+            get = itemgetter(*rest)
+        opts = tuple(sorted(k for k in kwargs if k not in par.index))
+        plan = par.plans[sig] = (get, opts)
+    return plan
+
+
+def _fast_launch(
+    jit: Any,
+    grid: tuple[int, ...],
+    args: tuple,
+    kwargs: dict,
+    check: Callable[[Any], None] | None,
+    like: torch.Tensor,
+) -> Any:
+    knobs, driver = _triton()
+    rt = knobs.runtime
+    if _hooked(rt.launch_enter_hook) or _hooked(rt.launch_exit_hook) or jit.pre_run_hooks:
+        args, kwargs = _no_nones(args, kwargs, like, True)
         return jit[grid](*args, **kwargs)
     par = _params(jit)
-    names, n = par.names, len(args)
-    values = list(args)
-    for name in names[n:]:
-        values.append(kwargs[name] if name in kwargs else par.defaults[name])
-    options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in par.index))
+    get, opts = _plan(par, len(args), kwargs)
+    values = [*args, *get({**par.defaults, **kwargs})]
+    if any(map(is_, values, _NONES)):
+        dummy = _dummy(like, True)
+        values = [dummy if v is None else v for v in values]
+    options = tuple([(k, kwargs[k]) for k in opts])
     device = driver.active.get_current_device()
     key = (device, options, *_key(values, par.const))
     compiled = par.cache.get(key)
     if compiled is None:
+        args, kwargs = _no_nones(args, kwargs, like, True)
         if check is not None:  # compiled and checked before its first launch
             check(jit.warmup(*args, grid=grid, **kwargs))
         compiled = jit[grid](*args, **kwargs)
@@ -166,6 +228,12 @@ def _flat(v: Any) -> Any:
     return v
 
 
+def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor:
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    return next(v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor))
+
+
 class _Launcher:
     def __init__(self, kernel: Any, check: Callable[[Any], None] | None) -> None:
         from torch._library.triton import set_wrap_triton_enabled
@@ -180,46 +248,33 @@ class _Launcher:
         self._checked: dict[int, Any] = {}  # compiled kernels checked (not via the fast path)
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
+        return partial(self._launch, grid)
+
+    def _launch(self, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any:
         from torch._library.triton import is_wrap_triton_enabled
 
-        eager = FAST_EAGER and not is_wrap_triton_enabled()
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            values = (*args, *kwargs.values())
-            like = next(v for v in values if isinstance(v, torch.Tensor))
-            fast = eager and like.is_cuda
-            if any(v is None for v in values):
-                if fast:  # eager: one placeholder per device, never read or written
-                    dummy = _DUMMIES.get(like.device)
-                    if dummy is None:
-                        dummy = _DUMMIES[like.device] = torch.empty(
-                            16, dtype=torch.float32, device=like.device
-                        )
-                else:  # traced: a fresh one, so that graphs hold no constant tensor
-                    dummy = torch.empty(16, dtype=torch.float32, device=like.device)
-                args = tuple(dummy if a is None else a for a in args)
-                kwargs = {k: dummy if v is None else v for k, v in kwargs.items()}
-            if fast:
-                return _fast_launch(self._jit, grid, args, kwargs, self._check)
-            # traced: contiguous tensors flattened (Note [flat traced tensors])
-            args = tuple(_flat(a) for a in args)
-            kwargs = {k: _flat(v) for k, v in kwargs.items()}
-            # traced (``wrap_triton`` on): every parameter passed, constexpr defaults included
-            # (the tracer checks the argument list against the signature and does not apply
-            # defaults: a kernel launched without its defaulted constexprs failed to compile)
-            par = _params(self._jit)
-            given = set(par.names[: len(args)]) | set(kwargs)
-            missing = {n: v for n, v in par.defaults.items() if n not in given}
-            if missing:
-                kwargs = {**kwargs, **missing}
-            if self._check is not None and like.is_cuda and not is_wrap_triton_enabled():
-                compiled = self._jit.warmup(*args, grid=grid, **kwargs)
-                if id(compiled) not in self._checked:  # the TTGIR read once per kernel
-                    self._check(compiled)
-                    self._checked[id(compiled)] = compiled
-            return self._kernel[grid](*args, **kwargs)
-
-        return call
+        wrapping = is_wrap_triton_enabled()
+        like = _first_tensor(args, kwargs)
+        if FAST_EAGER and not wrapping and like.is_cuda:
+            return _fast_launch(self._jit, grid, args, kwargs, self._check, like)
+        args, kwargs = _no_nones(args, kwargs, like, False)
+        # traced: contiguous tensors flattened (Note [flat traced tensors])
+        args = tuple(_flat(a) for a in args)
+        kwargs = {k: _flat(v) for k, v in kwargs.items()}
+        # traced (``wrap_triton`` on): every parameter passed, constexpr defaults included
+        # (the tracer checks the argument list against the signature and does not apply
+        # defaults: a kernel launched without its defaulted constexprs failed to compile)
+        par = _params(self._jit)
+        given = set(par.names[: len(args)]) | set(kwargs)
+        missing = {n: v for n, v in par.defaults.items() if n not in given}
+        if missing:
+            kwargs = {**kwargs, **missing}
+        if self._check is not None and like.is_cuda and not wrapping:
+            compiled = self._jit.warmup(*args, grid=grid, **kwargs)
+            if id(compiled) not in self._checked:  # the TTGIR read once per kernel
+                self._check(compiled)
+                self._checked[id(compiled)] = compiled
+        return self._kernel[grid](*args, **kwargs)
 
 
 _LAUNCHERS: dict[tuple[int, Any], _Launcher] = {}

@@ -128,11 +128,9 @@ def selective_scan(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, last_state) from the Triton launchers, differentiable (``_Scan``) when grad mode is
     on and an input requires grad; arguments already checked (``check_selective_scan_args``)."""
-    args = (u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus)
-    if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad
-        for t in args[:9]  # type: ignore[union-attr]
-    ):
+    tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    args = (*tensors, delta_softplus)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return _Scan.apply(*args)
     out, last, _ = _forward(*args)
     return out, last
