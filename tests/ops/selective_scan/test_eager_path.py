@@ -85,6 +85,26 @@ def test_eager_function_without_grad_returns_plain_tensors():
     torch.testing.assert_close(out, out2, rtol=0, atol=0)
 
 
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
+def test_eager_function_double_backward_fails_like_the_op():
+    """Differentiating the gradients (``create_graph``) must fail as on the op path (the backward
+    op has no autograd formula), not silently treat them as constants: a gradient penalty would
+    otherwise lose its scan term."""
+    ins = _inputs("cpu", L=9)
+    out, _ = eager.selective_scan(*(ins[k] for k in _ARGS), True)
+    (du,) = torch.autograd.grad(out.sum(), ins["u"], create_graph=True)
+    assert du.requires_grad
+    with pytest.raises(RuntimeError, match="autograd"):
+        torch.autograd.grad((du**2).sum(), ins["u"])
+    # the op path, for comparison: the same failure
+    out2, _, _ = torch.ops.ssmscan.selective_scan_fwd(*(ins[k] for k in _ARGS), True)
+    (du2,) = torch.autograd.grad(out2.sum(), ins["u"], create_graph=True)
+    with pytest.raises(RuntimeError, match="autograd"):
+        torch.autograd.grad((du2**2).sum(), ins["u"])
+    torch.testing.assert_close(du.detach(), du2.detach())
+
+
 def test_plain_eager_declines_under_tracing_modes_and_subclasses():
     """The checks that keep the op (and so one graph node, profiler names, mode handling)
     wherever something other than plain eager is running."""
@@ -112,13 +132,15 @@ def test_plain_eager_declines_under_tracing_modes_and_subclasses():
 
 def test_fast_path_needs_cuda_and_the_switch(monkeypatch):
     x = torch.randn(3)
-    assert not eager.fast_path_ok((x,))  # CPU: the op (the C kernel)
+    assert not eager.fast_path_ok((x,), True)  # CPU: the op (the C kernel)
     if torch.cuda.is_available():
         xc = x.cuda()
-        assert eager.fast_path_ok((xc,))
-        assert not eager.fast_path_ok((xc.double(),))  # float64: the op's host-copy path
+        assert eager.fast_path_ok((xc,), True) and eager.fast_path_ok((xc,), False)
+        assert not eager.fast_path_ok((xc.double(),), True)  # float64: the op's host-copy path
+        # not a bool: the op's schema converts (0, 1) or rejects it
+        assert not eager.fast_path_ok((xc,), 1) and not eager.fast_path_ok((xc,), "yes")
         monkeypatch.setattr(eager, "FAST_PATH", False)
-        assert not eager.fast_path_ok((xc,))
+        assert not eager.fast_path_ok((xc,), True)
 
 
 @pytest.mark.gpu

@@ -387,16 +387,18 @@ def test_triton_interpreter_finish_kernel(batch, dim, L, N, groups, monkeypatch)
 
 @pytest.mark.triton
 @_INTERP
-@pytest.mark.parametrize("warps", [1, 4])
-def test_triton_interpreter_small_lane_programs(warps, monkeypatch):
+@pytest.mark.parametrize("warps,groups", [(1, 2), (4, None)], ids=["1warp-G2", "4warps"])
+def test_triton_interpreter_small_lane_programs(warps, groups, monkeypatch):
     """``triton_fwd.FWD_WARPS`` other than the default 2: the lane forward, states and local
-    kernels on 8 or 32 channel programs (two groups, L in segments) still match float64."""
+    kernels on 8-channel 1-warp programs (two groups) and 32-channel 4-warp programs (the
+    default before 2026-12-01; no groups, which would cap the block at 16) still match float64,
+    L in segments."""
     from ssmscan.ops.selective_scan import triton_fwd
 
     monkeypatch.setattr(triton_fwd, "FWD_WARPS", warps)
-    # 4 warps: 32 channels a program, capped by the group of 16 (then 2 warps)
-    assert triton_fwd.fwd_block_channels(1, 32, 2, 16, 4) == {1: (8, 1), 4: (16, 2)}[warps]
-    _run_case(1, 32, 300, 16, 2, True, True, True, torch.float32, True)
+    G = groups or 1
+    assert triton_fwd.fwd_block_channels(1, 32, G, 16, 4) == {1: (8, 1), 4: (32, 4)}[warps]
+    _run_case(1, 32, 300, 16, groups, True, True, True, torch.float32, True)
 
 
 @pytest.mark.triton

@@ -61,6 +61,9 @@ class _Params:
         params = getattr(jit, "params", None)
         self.const = [p.is_constexpr for p in params] if params else [False] * len(self.names)
         self.defaults = {n: p.default for n, p in sig.items() if p.default is not p.empty}
+        if any(v is None for v in self.defaults.values()):  # the fast path would key a
+            # placeholder for it while a cache miss compiles with None
+            raise TypeError(f"launcher: kernel parameters may not default to None: {self.names}")
         self.index = {n: i for i, n in enumerate(self.names)}
         self.cache: dict[tuple, Any] = {}
         self.plans: dict[tuple, Any] = {}

@@ -86,7 +86,7 @@ def selective_scan(
                 f"impl={impl!r} runs on {_DEVICE_OF_IMPL[impl]} tensors; got u on {u.device}"
             )
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
-    if impl != "cpu" and eager.fast_path_ok(tensors):  # Note [eager CUDA fast path]
+    if impl != "cpu" and eager.fast_path_ok(tensors, delta_softplus):  # Note [eager CUDA fast path]
         out, last = eager.selective_scan(*tensors, delta_softplus)
         return (out, last) if return_last_state else out
     out, last, _ = torch.ops.ssmscan.selective_scan_fwd(

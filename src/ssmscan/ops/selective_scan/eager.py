@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
 
@@ -40,7 +39,7 @@ def plain_eager(tensors: tuple[torch.Tensor | None, ...]) -> bool:
     return all(t is None or type(t) in _PLAIN for t in tensors)
 
 
-def fast_path_ok(tensors: tuple[torch.Tensor | None, ...]) -> bool:
+def fast_path_ok(tensors: tuple[torch.Tensor | None, ...], delta_softplus: object) -> bool:
     """Whether ``ssmscan.selective_scan`` may take ``selective_scan`` below (``tensors[0]`` is
     ``u``)."""
     if torch.compiler.is_compiling():  # first: dynamo need not trace the checks below
@@ -48,6 +47,7 @@ def fast_path_ok(tensors: tuple[torch.Tensor | None, ...]) -> bool:
     u = tensors[0]
     return (
         FAST_PATH
+        and type(delta_softplus) is bool  # else the op's schema converts or rejects it
         and isinstance(u, torch.Tensor)
         and u.is_cuda
         and u.dtype != torch.float64
@@ -79,7 +79,10 @@ def _forward(
 
 class _Scan(torch.autograd.Function):
     """``selective_scan_fwd`` / ``selective_scan_bwd`` without the dispatcher (Note [eager CUDA
-    fast path]): the op's autograd formula (``op._backward``), once differentiable like it."""
+    fast path]): the op's autograd formula (``op._backward``). Under ``create_graph`` the
+    backward is the op itself, so that differentiating the gradients fails as it does on the op
+    path (the backward op has no autograd formula) instead of silently treating them as
+    constants."""
 
     @staticmethod
     def forward(ctx: Any, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,7 +94,6 @@ class _Scan(torch.autograd.Function):
         return out, last
 
     @staticmethod
-    @once_differentiable
     def backward(
         ctx: Any, dout: torch.Tensor | None, dlast: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, ...]:
@@ -102,12 +104,13 @@ class _Scan(torch.autograd.Function):
         u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(u)
-        grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
-        with set_wrap_triton_enabled(False):
-            triton_bwd.launch(
-                dout, dlast, u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt,
-                ctx.delta_softplus, *grads[:5], grads[5],
-            )  # fmt: skip
+        args = (dout, dlast, u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt)
+        if torch.is_grad_enabled():  # create_graph: the op, as op._backward
+            grads = torch.ops.ssmscan.selective_scan_bwd(*args, ctx.delta_softplus)
+        else:
+            grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
+            with set_wrap_triton_enabled(False):
+                triton_bwd.launch(*args, ctx.delta_softplus, *grads[:5], grads[5])
         du, ddelta, dA, dB, dC, optional = grads
         rest = iter(optional)
         opt = [next(rest) if t is not None else None for t in (D, z, delta_bias, initial_state)]

@@ -328,9 +328,9 @@ FWD_WARPS = 2
 def fwd_block_channels(
     batch: int, dim: int, G: int, NP: int, per_channel: int | None = None
 ) -> tuple[int, int]:
-    """(BLOCK_D, num_warps) of the forward: 4 warps of NP / 4 threads per channel (BLOCK_D = 32 at
-    NP = 16; ``per_channel`` if given), fewer channels for grouped B / C so that a block never
-    straddles two groups."""
+    """(BLOCK_D, num_warps) of the forward: ``FWD_WARPS`` warps of NP / 4 threads per channel
+    (``per_channel`` if given; at the default 2 warps BLOCK_D = 16 at NP = 16), fewer channels
+    for grouped B / C so that a block never straddles two groups."""
     if per_channel is None:
         per_channel = max(1, min(NP // 4, 32))  # threads per channel
     warps = FWD_WARPS
