@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ssmscan.ops.selective_scan import op
 from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
 
 FAST_PATH = True
@@ -101,20 +102,18 @@ class _Scan(torch.autograd.Function):
 
         from ssmscan.ops.selective_scan import triton_bwd
 
+        if torch.is_grad_enabled():  # create_graph: the op's own formula, the op inside
+            return op._backward(ctx, dout, dlast, None)
         u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(u)
-        args = (dout, dlast, u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt)
-        if torch.is_grad_enabled():  # create_graph: the op, as op._backward
-            grads = torch.ops.ssmscan.selective_scan_bwd(*args, ctx.delta_softplus)
-        else:
-            grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
-            with set_wrap_triton_enabled(False):
-                triton_bwd.launch(*args, ctx.delta_softplus, *grads[:5], grads[5])
-        du, ddelta, dA, dB, dC, optional = grads
-        rest = iter(optional)
-        opt = [next(rest) if t is not None else None for t in (D, z, delta_bias, initial_state)]
-        return (du, ddelta, dA, dB, dC, *opt, None)
+        grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
+        with set_wrap_triton_enabled(False):
+            triton_bwd.launch(
+                dout, dlast, u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt,
+                ctx.delta_softplus, *grads[:5], grads[5],
+            )  # fmt: skip
+        return op.input_grads(grads, D, z, delta_bias, initial_state)
 
 
 def selective_scan(

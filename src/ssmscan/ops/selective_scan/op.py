@@ -134,6 +134,19 @@ def _backward(
     du, ddelta, dA, dB, dC, optional = torch.ops.ssmscan.selective_scan_bwd(
         dout, dlast, u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt, ctx.delta_softplus
     )
+    return input_grads((du, ddelta, dA, dB, dC, optional), D, z, delta_bias, initial_state)
+
+
+def input_grads(
+    grads: tuple[Any, ...],
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+) -> tuple[torch.Tensor | None, ...]:
+    """The backward's (du, ddelta, dA, dB, dC, [optional grads]) as one gradient per forward
+    input (None for the optional inputs not given and for ``delta_softplus``)."""
+    du, ddelta, dA, dB, dC, optional = grads
     rest = iter(optional)
     opt_grads = [next(rest) if t is not None else None for t in (D, z, delta_bias, initial_state)]
     return (du, ddelta, dA, dB, dC, *opt_grads, None)
