@@ -432,36 +432,35 @@ def main():
                 f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
                 f"{r['floor_fwd_ms'] / of:.2f} | {mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} | {r['floor_fb_ms'] / ofb:.2f} |"
             )
+    cks = [key(*v) for v in variants]
     if args.api:
-        print(
+        ratio_table(
             "\nPublic API in eager (ssmscan.selective_scan; f+b through autograd):\n"
-            "| shape | dtype | CK w TARGET_WARPS | mamba fwd | api fwd | ratio | mamba f+b | api f+b | ratio |"
-        )
-        for r in rows:
-            for ck in [key(*v) for v in variants]:
-                if f"ck{ck}_api_fwd_ms" not in r:
-                    continue
-                mf, mfb = r.get("mamba_fwd_ms", float("nan")), r.get("mamba_fb_ms", float("nan"))
-                of, ofb = r[f"ck{ck}_api_fwd_ms"], r[f"ck{ck}_api_fb_ms"]
-                print(
-                    f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
-                    f"{mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} |"
-                )
+            "| shape | dtype | CK w TARGET_WARPS | mamba fwd | api fwd | ratio | mamba f+b | api f+b | ratio |",
+            rows, cks, "mamba_{}_ms", "ck{}_api_{}_ms",
+        )  # fmt: skip
     if args.graph:
-        print(
-            "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |"
-        )
-        for r in rows:
-            for ck in [key(*v) for v in variants]:
-                if f"ck{ck}_fwd_graph_ms" not in r:
-                    continue
-                mf = r.get("mamba_fwd_graph_ms", float("nan"))
-                mfb = r.get("mamba_fb_graph_ms", float("nan"))
-                of, ofb = r[f"ck{ck}_fwd_graph_ms"], r[f"ck{ck}_fb_graph_ms"]
-                print(
-                    f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
-                    f"{mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} |"
-                )
+        ratio_table(
+            "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |",
+            rows, cks, "mamba_{}_graph_ms", "ck{}_{}_graph_ms",
+        )  # fmt: skip
+
+
+def ratio_table(header, rows, cks, theirs, ours):
+    """Print ours vs mamba-ssm's forward and forward+backward per row and variant; ``theirs`` /
+    ``ours``: the row keys, ``{}`` for the variant then "fwd" / "fb"."""
+    print(header)
+    for r in rows:
+        for ck in cks:
+            if ours.format(ck, "fwd") not in r:
+                continue
+            mf = r.get(theirs.format("fwd"), float("nan"))
+            mfb = r.get(theirs.format("fb"), float("nan"))
+            of, ofb = r[ours.format(ck, "fwd")], r[ours.format(ck, "fb")]
+            print(
+                f"| {r['shape']} | {r['dtype']} | {ck} | {mf:.3f} | {of:.3f} | {of / mf:.2f} | "
+                f"{mfb:.3f} | {ofb:.3f} | {ofb / mfb:.2f} |"
+            )
 
 
 if __name__ == "__main__":
