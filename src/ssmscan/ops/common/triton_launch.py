@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from ssmscan.ops.common import launch_plan
+
 FAST_EAGER = True
 _INT32 = (-(2**31), 2**31 - 1)
 _DUMMIES: dict[torch.device, torch.Tensor] = {}
@@ -170,6 +172,12 @@ def _plan(par: _Params, n: int, kwargs: dict) -> tuple[Any, tuple[str, ...]]:
     return plan
 
 
+def launch_hooked() -> bool:
+    """Whether a Triton launch hook (a profiler) is set: launches then go the ordinary way."""
+    rt = _triton()[0].runtime
+    return _hooked(rt.launch_enter_hook) or _hooked(rt.launch_exit_hook)
+
+
 def _fast_launch(
     jit: Any,
     grid: tuple[int, ...],
@@ -177,7 +185,11 @@ def _fast_launch(
     kwargs: dict,
     check: Callable[[Any], None] | None,
     like: torch.Tensor,
+    capture: list | None = None,
 ) -> Any:
+    """The eager CUDA launch (Note [eager launch cache]); with ``capture`` (a plan's record,
+    Note [eager launch plans]) it appends (compiled kernel, grid, values, device, stream getter)
+    for a launch a plan can replay."""
     knobs, driver = _triton()
     rt = knobs.runtime
     if _hooked(rt.launch_enter_hook) or _hooked(rt.launch_exit_hook) or jit.pre_run_hooks:
@@ -200,6 +212,8 @@ def _fast_launch(
         compiled = jit[grid](*args, **kwargs)
         if compiled is not None and not hasattr(compiled, "result"):  # not an async compile
             par.cache[key] = compiled
+            if capture is not None:
+                capture.append((compiled, grid, values, device, driver.active.get_current_stream))
         return compiled
     g = (*grid, 1, 1)
     stream = driver.active.get_current_stream(device)
@@ -215,6 +229,8 @@ def _fast_launch(
         None,
         *values,
     )
+    if capture is not None:
+        capture.append((compiled, grid, values, device, driver.active.get_current_stream))
     return compiled
 
 
@@ -256,6 +272,9 @@ class _Launcher:
     def _launch(self, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Any:
         from torch._library.triton import is_wrap_triton_enabled
 
+        rec = launch_plan.recorder()
+        if rec is not None:
+            return self._recorded(rec, grid, args, kwargs)
         wrapping = is_wrap_triton_enabled()
         like = _first_tensor(args, kwargs)
         if FAST_EAGER and not wrapping and like.is_cuda:
@@ -278,6 +297,32 @@ class _Launcher:
                 self._check(compiled)
                 self._checked[id(compiled)] = compiled
         return self._kernel[grid](*args, **kwargs)
+
+    def _recorded(self, rec: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> Any:
+        """A launch inside a plan's record (Note [eager launch plans]): run as usual with the
+        record paused (Triton's and the interpreter's own tensor work is not ours to replay),
+        then reported as a compiled kernel's launch (eager CUDA) or as this call."""
+        from torch._library.triton import is_wrap_triton_enabled
+
+        capture: list = []
+        rec.paused = True
+        try:
+            like = _first_tensor(args, kwargs)
+            if FAST_EAGER and not is_wrap_triton_enabled() and like.is_cuda:
+                result = _fast_launch(self._jit, grid, args, kwargs, self._check, like, capture)
+            else:
+                launch_plan.TLS.recorder = None  # the ordinary path, not recorded again
+                try:
+                    result = self._launch(grid, *args, **kwargs)
+                finally:
+                    launch_plan.TLS.recorder = rec
+        finally:
+            rec.paused = False
+        if capture:
+            rec.launched(*capture[0])
+        else:
+            rec.called(self, grid, args, kwargs)
+        return result
 
 
 _LAUNCHERS: dict[tuple[int, Any], _Launcher] = {}

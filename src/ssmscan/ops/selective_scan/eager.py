@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from ssmscan.ops.selective_scan import op
-from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
 
 FAST_PATH = True
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -72,10 +71,10 @@ def _forward(
 
     from ssmscan.ops.selective_scan import triton_fwd
 
-    outs = empty_forward_outputs(u, A)
     with set_wrap_triton_enabled(False):  # direct launches (the launchers' eager path)
-        triton_fwd.launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs)
-    return outs
+        return triton_fwd.forward(
+            u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
+        )  # fmt: skip
 
 
 class _Scan(torch.autograd.Function):
@@ -107,11 +106,10 @@ class _Scan(torch.autograd.Function):
         u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(u)
-        grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
         with set_wrap_triton_enabled(False):
-            triton_bwd.launch(
+            grads = triton_bwd.backward(
                 dout, dlast, u, delta, A, B, C, D, z, delta_bias, initial_state, ckpt,
-                ctx.delta_softplus, *grads[:5], grads[5],
+                ctx.delta_softplus,
             )  # fmt: skip
         return op.input_grads(grads, D, z, delta_bias, initial_state)
 

@@ -17,7 +17,6 @@ from torch.library import register_autograd
 
 from ssmscan._library import qualname, triton_backed_op
 from ssmscan.ops.selective_scan import cpu
-from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
 
 
 def _check_device_supported(u: torch.Tensor) -> None:
@@ -45,9 +44,9 @@ def selective_scan_fwd(
     if u.device.type == "cuda":
         from ssmscan.ops.selective_scan import triton_fwd
 
-        outs = empty_forward_outputs(u, A)
-        triton_fwd.launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs)
-        return outs
+        return triton_fwd.forward(
+            u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
+        )
     return cpu.selective_scan_fwd_cpu(
         u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus
     )
@@ -77,25 +76,10 @@ def selective_scan_bwd(
     if u.device.type == "cuda":
         from ssmscan.ops.selective_scan import triton_bwd
 
-        grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
-        triton_bwd.launch(
-            dout,
-            dlast_state,
-            u,
-            delta,
-            A,
-            B,
-            C,
-            D,
-            z,
-            delta_bias,
-            initial_state,
-            checkpoints,
+        return triton_bwd.backward(
+            dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
             delta_softplus,
-            *grads[:5],
-            grads[5],
-        )
-        return grads
+        )  # fmt: skip
     return cpu.selective_scan_bwd_cpu(
         dout,
         dlast_state,

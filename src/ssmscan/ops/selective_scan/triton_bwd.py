@@ -68,9 +68,14 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.launch_plan import planned
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import triton_bwd_lane, triton_bwd_split, triton_common, triton_fwd
-from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
+from ssmscan.ops.selective_scan.shapes import (
+    CHECKPOINT_LEN,
+    empty_backward_outputs,
+    num_checkpoints,
+)
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
     _bfly,
@@ -791,6 +796,46 @@ def _backward_without_steps(
             dinit.copy_(dlast_state)
         else:
             dinit.zero_()
+
+
+def plan_knobs() -> tuple:
+    """The module settings the backward's launches depend on (the forward's too: it uses the
+    forward's blocks and lane tiles); Note [eager launch plans]."""
+    bl, bs = triton_bwd_lane, triton_bwd_split
+    return (
+        *triton_fwd.plan_knobs(), BWD_VARIANT, LANE_LOCAL, FINISH_KERNEL, SUM_UNROLL,
+        SUM_VALUES, CHECKPOINT_LEN, TILE_T, tuple((k, id(v)) for k, v in BWD_VARIANTS.items()),
+        bl.LANE_KL, bl.PREFETCH, bl.PREFETCH_BC, tuple(bl.OPTIONS.items()), bs.SPLIT_NP,
+        bs.SPLIT_TT, bs.SPLIT_BLOCK_D,
+    )  # fmt: skip
+
+
+@planned(plan_knobs)
+def backward(
+    dout: torch.Tensor,
+    dlast_state: torch.Tensor | None,
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    checkpoints: torch.Tensor,
+    delta_softplus: bool,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
+]:
+    """The gradients, fresh (``shapes.empty_backward_outputs``), from the kernels; in eager
+    through recorded plans (Note [eager launch plans])."""
+    grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    launch(
+        dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
+        delta_softplus, *grads[:5], grads[5],
+    )  # fmt: skip
+    return grads
 
 
 def launch(

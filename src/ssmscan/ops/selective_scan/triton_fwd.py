@@ -50,9 +50,14 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.launch_plan import planned
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import triton_common
-from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
+from ssmscan.ops.selective_scan.shapes import (
+    CHECKPOINT_LEN,
+    empty_forward_outputs,
+    num_checkpoints,
+)
 from ssmscan.ops.selective_scan.triton_common import (
     _sigmoid,
     _softplus,
@@ -342,6 +347,40 @@ def fwd_block_channels(
             block_d = limit
             warps = max(1, min(FWD_WARPS, block_d * per_channel // 32))
     return block_d, warps
+
+
+def plan_knobs() -> tuple:
+    """The module settings the forward's launches depend on (part of every eager plan's key,
+    Note [eager launch plans]; ``tests/ops/common/test_launch_plan.py`` checks that every
+    module-level setting of the launch modules is here or declared a constant)."""
+    from ssmscan.ops.selective_scan import shapes, triton_fwd_lane
+
+    tc = triton_common
+    return (
+        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, CHECKPOINT_LEN, tuple(LANE_OPTIONS.items()),
+        shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
+        tc.TILE_T, triton_fwd_lane.LP_ALIGN,
+    )  # fmt: skip
+
+
+@planned(plan_knobs)
+def forward(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    delta_softplus: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, last_state, checkpoints), fresh (``shapes.empty_forward_outputs``), from the
+    kernels; in eager through recorded plans (Note [eager launch plans])."""
+    outs = empty_forward_outputs(u, A)
+    launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs)
+    return outs
 
 
 def launch(

@@ -1,0 +1,326 @@
+"""Note [eager launch plans]: recorded plans replay a launcher's ops and launches.
+
+CPU: a fake compiled launcher that computes through the int pointers it is given (ctypes), so the
+arena and the pointer offsets are exercised without a GPU; rejections (a host read, a tensor from
+outside, a setting changed during the call); the ops' launchers under the interpreter replaying
+bit for bit; every module setting of the launch modules in a plan key. GPU: replays against the
+normal path, bit for bit, over configurations (``test_plans_match_normal_path_gpu``)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+
+import pytest
+import torch
+
+from ssmscan.ops.common import launch_plan
+
+
+@pytest.fixture(autouse=True)
+def _eager_launches():
+    """Plans are for the launchers' eager path: ``wrap_triton`` off, as in the ops' bodies."""
+    from torch._library.triton import set_wrap_triton_enabled
+
+    with set_wrap_triton_enabled(False):
+        yield
+
+
+class _Run:
+    """A compiled launcher's ``run`` as the plan sees it (``launch`` and its flags)."""
+
+    global_scratch_size = 0
+    profile_scratch_size = 0
+    launch_cooperative_grid = 0
+    launch_pdl = 0
+
+    def __init__(self, op):
+        self.op = op
+        self.calls = 0
+
+    def launch(self, gx, gy, gz, stream, function, coop, pdl, gs, ps, meta, lm, eh, xh, *vals):
+        self.calls += 1
+        self.op(*vals)
+
+
+class _Compiled:
+    function = "fn"
+    packed_metadata = (1, 1, 0)
+
+    def __init__(self, op):
+        self.run = _Run(op)
+
+
+def _floats(ptr, n):
+    return (ctypes.c_float * n).from_address(ptr)
+
+
+def _kernel(body):
+    """A fake kernel over n floats: ``body(src, dst, i)``, given tensors or int pointers."""
+
+    def op(src, dst, n):
+        s = _floats(src if isinstance(src, int) else src.data_ptr(), n)
+        d = _floats(dst if isinstance(dst, int) else dst.data_ptr(), n)
+        for i in range(n):
+            d[i] = body(s, i)
+
+    return _Compiled(op)
+
+
+_DOUBLE = _kernel(lambda s, i: 2.0 * s[i])
+_PLUS = _kernel(lambda s, i: s[i] + 1.0)
+
+
+def _launch(compiled, *vals):
+    """What the launcher does in eager CUDA: launch, and report to a record in progress."""
+    rec = launch_plan.recorder()
+    compiled.run.op(*vals)
+    if rec is not None:
+        rec.launched(compiled, (1,), list(vals), 0, lambda device: 0)
+
+
+def _knobs():
+    return (_SETTING[0],)
+
+
+_SETTING = [1]
+
+
+@launch_plan.planned(_knobs)
+def _chain(x, flag):
+    """out = 2 x + 1 (+1 again with flag) through scratch views only the launches see."""
+    n = x.numel()
+    out = torch.empty_like(x)
+    tmp = torch.empty((2, n), dtype=torch.float32)
+    a, b = tmp.unbind(0)
+    _launch(_DOUBLE, x, a, n)
+    _launch(_PLUS, a, b if flag else out, n)
+    if flag:
+        _launch(_PLUS, b, out, n)
+    return out, [out.view(-1)]
+
+
+def test_fake_launches_replay_through_the_arena():
+    x = torch.randn(37)
+    first = _chain(x, True)
+    (plan,) = [p for p in _chain.plans.values()]
+    assert isinstance(plan, launch_plan.Plan)
+    # the scratch buffer and its views are pointers into the arena: only empty_like (the
+    # result) and the result's view are replayed as ops
+    assert plan.n_ops == 2 and plan.n_launches == 3
+    assert plan.arena_bytes >= 2 * 37 * 4 and plan.arena_bytes % launch_plan.ARENA_ALIGN == 0
+    calls = _PLUS.run.calls
+    second = _chain(x, True)
+    assert _PLUS.run.calls == calls + 2  # replayed through ``run.launch``
+    torch.testing.assert_close(second[0], (2 * x + 1) + 1, rtol=0, atol=0)
+    assert torch.equal(first[0], second[0]) and second[0].data_ptr() != first[0].data_ptr()
+    assert second[1][0].data_ptr() == second[0].data_ptr()  # the view is of this call's output
+    # another input: the same plan, this call's pointers
+    y = torch.randn(37)
+    torch.testing.assert_close(_chain(y, True)[0], (2 * y + 1) + 1, rtol=0, atol=0)
+    assert len(_chain.plans) == 1
+    # another signature (flag), another plan
+    torch.testing.assert_close(_chain(y, False)[0], 2 * y + 1, rtol=0, atol=0)
+    assert len(_chain.plans) == 2
+
+
+def test_settings_are_part_of_the_key():
+    x = torch.randn(5)
+    _chain(x, True)
+    n = len(_chain.plans)
+    _SETTING[0] = 2
+    try:
+        torch.testing.assert_close(_chain(x, True)[0], (2 * x + 1) + 1, rtol=0, atol=0)
+        assert len(_chain.plans) == n + 1
+    finally:
+        _SETTING[0] = 1
+
+
+@launch_plan.planned(_knobs)
+def _reads_data(x):
+    out = torch.empty_like(x)
+    _launch(_DOUBLE, x, out, x.numel())
+    if out[0].item() > 0:  # a host read: the result depends on the data
+        out.add_(1)
+    return (out,)
+
+
+@launch_plan.planned(_knobs)
+def _uses_outside_tensor(x):
+    out = torch.empty_like(x)
+    _launch(_DOUBLE, _OUTSIDE, out, x.numel())
+    return (out,)
+
+
+_OUTSIDE = torch.ones(4)
+
+
+@launch_plan.planned(_knobs)
+def _changes_setting(x):
+    out = torch.empty_like(x)
+    _launch(_DOUBLE, x, out, x.numel())
+    _SETTING[0] += 1
+    return (out,)
+
+
+def test_records_that_cannot_be_replayed_are_rejected():
+    for x in (torch.tensor([1.0, 2.0]), torch.tensor([-1.0, 2.0])):  # both branches stay right
+        (out,) = _reads_data(x)
+        torch.testing.assert_close(out, 2 * x + (x[0] > 0), rtol=0, atol=0)
+    assert any("non-tensor" in why for why in _reads_data.rejected.values())
+    (out,) = _uses_outside_tensor(torch.zeros(4))
+    (out,) = _uses_outside_tensor(torch.zeros(4))
+    torch.testing.assert_close(out, 2 * _OUTSIDE, rtol=0, atol=0)
+    assert any("outside" in why for why in _uses_outside_tensor.rejected.values())
+    try:
+        _changes_setting(torch.zeros(3))
+        assert any("setting" in why for why in _changes_setting.rejected.values())
+    finally:
+        _SETTING[0] = 1
+
+
+def test_no_plans_for_subclasses_modes_or_when_off():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(6)
+    before = len(_chain.plans)
+    with FakeTensorMode() as mode:
+        fx = mode.from_tensor(x)
+        assert launch_plan._arg_key((fx,)) is None
+    with torch.device("cpu"):  # a torch-function mode
+        assert not launch_plan._plannable()
+    launch_plan.ENABLED = False
+    try:
+        torch.testing.assert_close(_chain(x, True)[0], (2 * x + 1) + 1, rtol=0, atol=0)
+        assert len(_chain.plans) == before
+    finally:
+        launch_plan.ENABLED = True
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
+def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
+    """The selective scan's forward / backward launchers: the second call with a signature
+    replays the record (the interpreter's launches as calls) and equals the first bit for bit,
+    into fresh outputs; inputs differing in values only use the same plan."""
+    from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
+    from ssmscan.testing import make_selective_scan_inputs
+
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
+    for seed in (1, 2):
+        kw = make_selective_scan_inputs(
+            2, 5, 37, 4, dtype=torch.float32, device="cpu", has_initial_state=True, seed=seed,
+            has_D=True, has_z=True, has_delta_bias=True, delta_softplus=True,
+        )  # fmt: skip
+        args = [kw[k] for k in names]
+        dout = torch.randn_like(args[0])
+        dlast = torch.randn(2, 5, 4)
+        launch_plan.ENABLED = False
+        try:
+            ref = triton_fwd.forward(*args, True)
+            ref_g = triton_bwd.backward(dout, dlast, *args, ref[2], True)
+        finally:
+            launch_plan.ENABLED = True
+        for _ in range(2):
+            got = triton_fwd.forward(*args, True)
+            got_g = triton_bwd.backward(dout, dlast, *args, got[2], True)
+            for r, g in zip(ref, got):
+                assert torch.equal(r, g) and r.data_ptr() != g.data_ptr()
+            for r, g in zip([*ref_g[:5], *ref_g[5]], [*got_g[:5], *got_g[5]]):
+                assert torch.equal(r, g)
+    for fn in (triton_fwd.forward, triton_bwd.backward):
+        assert not fn.rejected
+        assert any(isinstance(p, launch_plan.Plan) for p in fn.plans.values())
+
+
+# module-level names of the launch modules that are constants, not settings (a new setting must
+# go into ``plan_knobs`` or here)
+_CONSTANTS = {"LN2", "LOG2E"}
+
+
+def test_every_setting_is_in_the_plan_key():
+    """Every UPPER_CASE module-level name of the modules the launchers read is either read by
+    ``plan_knobs`` (the key of every plan) or a declared constant: a setting left out would let
+    a plan replay launches made under its old value."""
+    import inspect
+
+    from ssmscan.ops.common import triton_launch
+    from ssmscan.ops.selective_scan import (
+        shapes,
+        triton_bwd,
+        triton_bwd_lane,
+        triton_bwd_split,
+        triton_common,
+        triton_fwd,
+        triton_fwd_lane,
+    )
+
+    src = inspect.getsource(triton_fwd.plan_knobs) + inspect.getsource(triton_bwd.plan_knobs)
+    read = set(re.findall(r"\b([A-Z][A-Z0-9_]+)\b", src))
+    for mod in (shapes, triton_bwd, triton_bwd_lane, triton_bwd_split, triton_common, triton_fwd,
+                triton_fwd_lane):  # fmt: skip
+        for name, value in vars(mod).items():
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or inspect.ismodule(value):
+                continue
+            if not isinstance(value, (bool, int, float, str, dict, tuple, list)):
+                continue  # kernels, classes, patterns, typing names
+            assert name in read or name in _CONSTANTS, f"{mod.__name__}.{name}"
+    assert triton_launch.FAST_EAGER  # checked by launch_plan._plannable, not keyed
+
+
+_GPU_CASES = {
+    # id: (batch, dim, L, N, groups, dtype, optional inputs, initial state, dlast)
+    "B2-D64-L777-N16-bf16": (2, 64, 777, 16, None, torch.bfloat16, True, False, False),
+    "B1-D64-L5000-N16-fp32-segments": (1, 64, 5000, 16, None, torch.float32, True, True, True),
+    "B1-D96-L1000-N16-bf16-G2-segments": (1, 96, 1000, 16, 2, torch.bfloat16, True, False, True),
+    "B2-D40-L63-N4-fp16-bare": (2, 40, 63, 4, None, torch.float16, False, False, False),
+    "B3-D32-L1-N16-fp32": (3, 32, 1, 16, None, torch.float32, True, True, False),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", list(_GPU_CASES), ids=list(_GPU_CASES))
+def test_plans_match_normal_path_gpu(case):
+    """Replayed plans (compiled launches with int pointers, the arena, views of the arguments)
+    give the normal path's outputs and gradients bit for bit, into fresh tensors, on fresh
+    inputs each call; a non-contiguous input (a transposed view) too; the main configurations
+    record a plan (none rejected) that replays few ops."""
+    from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
+    from ssmscan.testing import make_selective_scan_inputs
+
+    batch, dim, L, N, groups, dtype, opt, init, with_dlast = _GPU_CASES[case]
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
+
+    def run(seed, strided):
+        kw = make_selective_scan_inputs(
+            batch, dim, L, N, groups=groups, dtype=dtype, device="cuda", has_D=opt, has_z=opt,
+            has_delta_bias=opt, has_initial_state=init, seed=seed,
+        )  # fmt: skip
+        if strided:  # u as a (batch, L, dim) buffer's transpose
+            kw["u"] = kw["u"].transpose(1, 2).contiguous().transpose(1, 2)
+        args = [kw[k] for k in names]
+        g = torch.Generator(device="cuda").manual_seed(seed + 100)
+        dout = torch.randn(args[0].shape, generator=g, device="cuda").to(dtype)
+        dlast = torch.randn(batch, dim, N, generator=g, device="cuda") if with_dlast else None
+        fwd = triton_fwd.forward(*args, True)
+        bwd = triton_bwd.backward(dout, dlast, *args, fwd[2], True)
+        torch.cuda.synchronize()
+        return [*fwd, *bwd[:5], *bwd[5]]
+
+    for strided in (False, True):
+        for seed in (1, 2, 3):  # 1 records, 2 and 3 replay (fresh values)
+            launch_plan.ENABLED = False
+            try:
+                ref = run(seed, strided)
+            finally:
+                launch_plan.ENABLED = True
+            got = run(seed, strided)
+            for i, (r, x) in enumerate(zip(ref, got)):
+                assert torch.equal(r, x), (strided, seed, i)
+                assert r.data_ptr() != x.data_ptr()
+    for fn in (triton_fwd.forward, triton_bwd.backward):
+        assert not fn.rejected, fn.rejected
+        plans = [p for p in fn.plans.values() if isinstance(p, launch_plan.Plan)]
+        assert plans and all(p.n_launches >= 1 for p in plans)
