@@ -302,7 +302,14 @@ def main():
         default=triton_fwd.FWD_VARIANT,
         help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile (suffixed keys as above)",
     )
+    ap.add_argument(
+        "--plans", action="store_true", help="recorded eager launch plans on (Note [eager launch plans])"
+    )
     args = ap.parse_args()
+    if args.plans:
+        from ssmscan.ops.common import launch_plan
+
+        launch_plan.ENABLED = True
     try:
         import selective_scan_cuda as mb
     except ImportError:

@@ -1,4 +1,4 @@
-# ruff: noqa: B023  (lambdas used within the iteration)
+
 """Host time of eager calls with and without recorded launch plans (Note [eager launch plans]),
 and what the plans replay.
 

@@ -19,10 +19,12 @@ from ssmscan.ops.common import launch_plan
 
 
 @pytest.fixture(autouse=True)
-def _eager_launches():
-    """Plans are for the launchers' eager path: ``wrap_triton`` off, as in the ops' bodies."""
+def _eager_launches(monkeypatch):
+    """Plans on (off by default until measured on a GPU), for the launchers' eager path:
+    ``wrap_triton`` off, as in the ops' bodies."""
     from torch._library.triton import set_wrap_triton_enabled
 
+    monkeypatch.setattr(launch_plan, "ENABLED", True)
     with set_wrap_triton_enabled(False):
         yield
 
@@ -324,3 +326,44 @@ def test_plans_match_normal_path_gpu(case):
         assert not fn.rejected, fn.rejected
         plans = [p for p in fn.plans.values() if isinstance(p, launch_plan.Plan)]
         assert plans and all(p.n_launches >= 1 for p in plans)
+
+
+def test_direct_launch_matches_tritons_launcher_call():
+    """A replayed CUDA launch calls the compiled launcher's ``launch`` directly; its arguments
+    must be exactly those Triton's own ``CudaLauncher.__call__`` passes for the call the
+    launcher makes (``compiled.run(grid..., stream, function, metadata, None, None, None,
+    *values)``), on the installed Triton (no GPU needed: ``launch`` is captured)."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError:
+        pytest.skip("Triton's NVIDIA backend is not installed")
+
+    seen = []
+
+    class FakeRun:
+        global_scratch_size = 0
+        global_scratch_align = 1
+        profile_scratch_size = 0
+        profile_scratch_align = 1
+        launch_cooperative_grid = 0
+        launch_pdl = 0
+        num_ctas = 1
+
+        def launch(self, *a):
+            seen.append(a)
+
+    run = FakeRun()
+    values = [1234, 5678, 7, True]
+    CudaLauncher.__call__(run, 3, 2, 1, 99, "fn", "meta", None, None, None, *values)
+
+    class Compiled:
+        function = "fn"
+        packed_metadata = "meta"
+
+    comp = Compiled()
+    comp.run = run
+    rec = launch_plan._Recorder(())
+    rec.launched(comp, (3, 2), values, 0, lambda device: 99)
+    plan = launch_plan.Plan(rec, ())
+    plan.run(())
+    assert len(seen) == 2 and seen[1] == seen[0]
