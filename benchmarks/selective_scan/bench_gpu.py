@@ -300,10 +300,12 @@ def main():
     ap.add_argument(
         "--fwd-variants",
         default=triton_fwd.FWD_VARIANT,
-        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile (suffixed keys as above)",
+        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; suffixed keys as above)",
     )
     ap.add_argument(
-        "--plans", action="store_true", help="recorded eager launch plans on (Note [eager launch plans])"
+        "--plans",
+        action="store_true",
+        help="recorded eager launch plans on (Note [eager launch plans])",
     )
     args = ap.parse_args()
     if args.plans:
@@ -369,7 +371,9 @@ def main():
                 set_checkpoint_len(ck)
                 set_target_warps(tw)
                 set_variant(bv)
-                triton_fwd.FWD_VARIANT = fv
+                # "tlane": the lane forward with the time-lane kernel where L would split
+                triton_fwd.FWD_VARIANT = "lane" if fv == "tlane" else fv
+                triton_fwd.FWD_TIME_LANES = fv == "tlane"
                 ck = key(ck, tw, bv, fv)
                 errs = check(kw, dout, refs)
                 ok = (

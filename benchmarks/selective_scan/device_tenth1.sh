@@ -1,27 +1,39 @@
 #!/bin/bash
-# Tenth session, first device call: recorded eager launch plans (Note [eager launch plans]).
-# The plan tests and every GPU test; host time with plans off / on (plan_host.py) at batch 1
-# and 16x1536; the benchmark with mamba-ssm side by side, plans on (off by default until this call).
+# Written in the tenth session (no device was lent then), for the next device session: recorded
+# eager launch plans (Note [eager launch plans]) and the time-lane forward (Note [selective scan
+# forward time lanes]), both off by default until this has run. Two calls on one warm machine:
+#   bash benchmarks/selective_scan/device_tenth1.sh a   # starts the mamba-ssm build; the plan
+#       and time-lane tests, every GPU test, host time with plans off / on (plan_host.py)
+#   bash benchmarks/selective_scan/device_tenth1.sh b   # waits for the build; the benchmark with
+#       mamba-ssm side by side, plans on, then the batch-1 shapes with the time-lane forward
+PART=${1:-a}
 T0=$(date +%s)
 el() { echo "t=$(( $(date +%s) - T0 ))s"; }
-L=/tmp/logs; mkdir -p $L /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
-(MAX_JOBS=8 setsid nohup python3 .whl/build_mamba_cuda.py > $L/build.log 2>&1 &)
+L=/tmp/logs; mkdir -p $L
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
-timeout 120 python3 -m pytest -q -rfE -x -p no:cacheprovider tests/ops/common/test_launch_plan.py \
-    > $L/plan_tests.log 2>&1
-tail -3 $L/plan_tests.log; el
-timeout 240 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/ -k "not float64" \
-    > $L/gpu_tests.log 2>&1
-grep -E "^FAILED|^ERROR|passed|failed" $L/gpu_tests.log | tail -8
-el
-cd benchmarks/selective_scan
-for s in "1 1536 4096 16 --dtype bf16" "1 1536 4096 16 --dtype fp32" "16 1536 1024 16 --dtype bf16"; do
-  timeout 100 python3 plan_host.py $s; done > $L/plan_host.log 2>&1
-cat $L/plan_host.log | cut -c1-400
-el
-for i in $(seq 1 40); do grep -q BUILD_OK $L/build.log && break; sleep 5; done
-tail -1 $L/build.log; el
-export PYTHONPATH=$PYTHONPATH:/tmp/mbuild
-timeout 220 python3 bench_gpu.py --graph --api --plans --out $L/bench.json > $L/bench.log 2>&1
-grep -v '^{' $L/bench.log | tail -34
-tar czf $OUT/logs.tar.gz -C /tmp logs; el
+if [ "$PART" = a ]; then
+  mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
+  (MAX_JOBS=8 setsid nohup python3 .whl/build_mamba_cuda.py > $L/build.log 2>&1 &)
+  timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider tests/ops/common/test_launch_plan.py \
+      tests/ops/selective_scan/test_triton_fwd_tlane.py > $L/plan_tests.log 2>&1
+  tail -3 $L/plan_tests.log; el
+  timeout 240 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/ -k "not float64" \
+      > $L/gpu_tests.log 2>&1
+  grep -E "^FAILED|^ERROR|passed|failed" $L/gpu_tests.log | tail -8
+  el
+  cd benchmarks/selective_scan
+  for s in "1 1536 4096 16 --dtype bf16" "1 1536 4096 16 --dtype fp32" "16 1536 1024 16 --dtype bf16"; do
+    timeout 60 python3 plan_host.py $s; done > $L/plan_host.log 2>&1
+  cut -c1-400 $L/plan_host.log
+else
+  cd benchmarks/selective_scan
+  for i in $(seq 1 60); do grep -q BUILD_OK $L/build.log && break; sleep 5; done
+  tail -1 $L/build.log; el
+  export PYTHONPATH=$PYTHONPATH:/tmp/mbuild
+  timeout 250 python3 bench_gpu.py --graph --api --plans --out $L/bench.json > $L/bench.log 2>&1
+  grep -v '^{' $L/bench.log | tail -34
+  timeout 200 python3 bench_gpu.py --graph --plans --fwd-variants lane,tlane \
+      --shapes 1x1536x4096x16,1x1024x65536x16 --out $L/bench_tlane.json > $L/bench_tlane.log 2>&1
+  grep -v '^{' $L/bench_tlane.log | tail -20
+fi
+tar czf $OUT/logs_$PART.tar.gz -C /tmp logs; el

@@ -238,7 +238,7 @@ def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
 
 # module-level names of the launch modules that are constants, not settings (a new setting must
 # go into ``plan_knobs`` or here)
-_CONSTANTS = {"LN2", "LOG2E"}
+_CONSTANTS = {"LN2", "LOG2E", "TL", "TPT", "TILE"}  # time-lane kernel geometry
 
 
 def test_every_setting_is_in_the_plan_key():
@@ -256,12 +256,13 @@ def test_every_setting_is_in_the_plan_key():
         triton_common,
         triton_fwd,
         triton_fwd_lane,
+        triton_fwd_tlane,
     )
 
     src = inspect.getsource(triton_fwd.plan_knobs) + inspect.getsource(triton_bwd.plan_knobs)
     read = set(re.findall(r"\b([A-Z][A-Z0-9_]+)\b", src))
     for mod in (shapes, triton_bwd, triton_bwd_lane, triton_bwd_split, triton_common, triton_fwd,
-                triton_fwd_lane):  # fmt: skip
+                triton_fwd_lane, triton_fwd_tlane):  # fmt: skip
         for name, value in vars(mod).items():
             if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or inspect.ismodule(value):
                 continue

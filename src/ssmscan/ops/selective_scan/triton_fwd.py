@@ -52,7 +52,7 @@ import triton.language as tl
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.launch_plan import planned
 from ssmscan.ops.common.triton_launch import launcher
-from ssmscan.ops.selective_scan import triton_common
+from ssmscan.ops.selective_scan import triton_common, triton_fwd_tlane
 from ssmscan.ops.selective_scan.shapes import (
     CHECKPOINT_LEN,
     empty_forward_outputs,
@@ -311,6 +311,12 @@ FWD_VARIANT = "lane"
 LANE_MAX_NP = 32
 
 
+# the time-lane kernel (Note [selective scan forward time lanes]) instead of the segment split
+# where the split would run (small batch x dim) and N = 16: off until timed on a GPU (written in
+# the tenth session, 2026-12-01, without one: interpreter-tested, compiled offline)
+FWD_TIME_LANES = False
+
+
 def steps_per_tile(NP: int) -> int:
     """TT (Note [selective scan forward layout]): 8 steps, NP when smaller."""
     return min(NP, 8)
@@ -357,7 +363,8 @@ def plan_knobs() -> tuple:
 
     tc = triton_common
     return (
-        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, CHECKPOINT_LEN, tuple(LANE_OPTIONS.items()),
+        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, CHECKPOINT_LEN,
+        tuple(LANE_OPTIONS.items()),
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
     )  # fmt: skip
@@ -381,6 +388,48 @@ def forward(
     outs = empty_forward_outputs(u, A)
     launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs)
     return outs
+
+
+def _time_lanes_off(e: Exception) -> None:
+    global FWD_TIME_LANES
+    FWD_TIME_LANES = False
+    warnings.warn(f"{e}; using the segment split from now on", stacklevel=3)
+
+
+def _launch_tlane(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    delta_bias: torch.Tensor | None,
+    initial_state: torch.Tensor | None,
+    delta_softplus: bool,
+    out: torch.Tensor,
+    last_state: torch.Tensor,
+    checkpoints: torch.Tensor,
+) -> None:
+    """The forward by ``triton_fwd_tlane`` (Note [selective scan forward time lanes]): one warp
+    per channel, N = 16, into ``checkpoints`` and ``last_state`` directly."""
+    batch, dim, L = u.shape
+    G = int(num_groups(B))
+    LP = triton_fwd_tlane.tile_steps(L)
+    Bt, Ct = prep_BC_lane(B, C, batch, 16, LP)
+    a_raw = u.dtype != torch.float32 and A.dtype == torch.float32 and A.is_contiguous()
+    init = initial_state.contiguous() if initial_state is not None else None
+    launcher(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, triton_fwd_tlane.check_tlane_layout())[
+        (dim, batch)
+    ](
+        u.contiguous(), delta.contiguous(), A if a_raw else prep_A(A, 16), Bt, Ct,
+        as_f32(D) if D is not None else None, z.contiguous() if z is not None else None,
+        as_f32(delta_bias) if delta_bias is not None else None, init, out, checkpoints,
+        last_state, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
+        CK=CHECKPOINT_LEN, HAS_D=D is not None, HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None, A_RAW=a_raw,
+        num_warps=1,
+    )  # fmt: skip
 
 
 def launch(
@@ -464,6 +513,20 @@ def _launch(
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     f32 = torch.float32
     dev = u.device
+    if (
+        FWD_TIME_LANES
+        and lane
+        and batch * nblk * warps < triton_common.SPLIT_BELOW_WARPS  # the split's regime
+        and N == 16
+        and L > 0
+        and CHECKPOINT_LEN % triton_fwd_tlane.TILE == 0
+    ):
+        try:
+            _launch_tlane(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus,
+                          out, last_state, checkpoints)  # fmt: skip
+            return
+        except LaneLayoutError as e:  # checked before its first launch: nothing written
+            _time_lanes_off(e)
     # state-contiguous buffers (Note [selective scan forward layout]): the checkpoints go straight
     # into ``checkpoints`` (fresh, contiguous fp32 (batch, dim, NCK, N): ``shapes``) unless N was
     # padded

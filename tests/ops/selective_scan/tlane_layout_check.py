@@ -1,0 +1,68 @@
+"""Compile the time-lane forward kernel (Note [selective scan forward time lanes]) for sm_90 (no
+GPU needed) over the specializations its launcher can produce (every dtype, L and pointers with
+and without 16-divisibility, the optional inputs on and off, grouped B / C) and check every
+shuffle operand's layout (``triton_fwd_tlane.tlane_layout_problem``), no spills and no shared
+memory. Run as a script by ``test_triton_fwd_tlane.py``, in a process without TRITON_INTERPRET.
+Prints one "... ok" line per configuration with the registers; exit status 1 on any problem."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+
+from ssmscan.ops.selective_scan import triton_fwd_tlane
+from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
+from ssmscan.testing.triton_sm90 import compile_sm90
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def usage(cubin: bytes) -> dict[str, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        res = subprocess.run(
+            [CUOBJDUMP, "-res-usage", path], capture_output=True, text=True, check=True
+        ).stdout
+    return {k: int(v) for k, v in re.findall(r"(REG|STACK|LOCAL):(\d+)", res)}
+
+
+def main() -> int:
+    bad = 0
+    for dt, L, aligned, opt, G in itertools.product(
+        ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1, 2)
+    ):
+        io = f"*{dt}"
+        vals = dict(
+            u=io, delta=io, A2="*fp32", Bt="*fp32", Ct="*fp32", Dv="*fp32", z=io,
+            delta_bias="*fp32", init="*fp32", out=io, ckpt="*fp32", last="*fp32", dim=1536,
+            L=L, LP=triton_fwd_tlane.tile_steps(L), G=G, NCK=num_checkpoints(L),
+            SOFTPLUS=opt, NP=16, CK=CHECKPOINT_LEN, HAS_D=opt, HAS_Z=opt, HAS_BIAS=opt,
+            HAS_INIT=not opt, A_RAW=dt != "fp32",
+        )  # fmt: skip
+        unaligned = () if aligned else ("u", "delta", "z", "out")
+        k = compile_sm90(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, vals, 1, unaligned)
+        problem = triton_fwd_tlane.tlane_layout_problem(k.asm["ttgir"])
+        res = usage(k.asm["cubin"])
+        if res.get("LOCAL", 0) or k.metadata.shared:
+            problem = problem or f"spills ({res}) or shared memory ({k.metadata.shared})"
+        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G}"
+        if problem is None:
+            print(f"{tag} regs={res['REG']} ok")
+        else:
+            print(f"{tag}: {problem}")
+            bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sys.exit("run without TRITON_INTERPRET=1: this compiles for sm_90")
+    sys.exit(main())
