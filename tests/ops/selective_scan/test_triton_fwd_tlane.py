@@ -27,10 +27,12 @@ _INTERPRET = pytest.mark.skipif(
 
 @pytest.fixture
 def time_lanes(monkeypatch):
-    """FWD_TIME_LANES on, and the calls of the time-lane launcher counted."""
+    """FWD_TIME_LANES on at any channel count, and the calls of the time-lane launcher
+    counted."""
     calls = []
     real = triton_fwd._launch_tlane
     monkeypatch.setattr(triton_fwd, "FWD_TIME_LANES", True)
+    monkeypatch.setattr(triton_fwd, "TLANE_MIN_CHANNELS", 0)
     monkeypatch.setattr(triton_fwd, "_launch_tlane", lambda *a: calls.append(1) or real(*a))
     return calls
 
@@ -104,7 +106,8 @@ def test_backward_from_time_lane_checkpoints(time_lanes):
 
 def test_time_lanes_only_where_the_split_would_run(monkeypatch):
     """The launcher takes the time-lane kernel only with FWD_TIME_LANES, N = 16 and few warps
-    (small batch x dim, where the lane forward would split L): not at large batch x dim."""
+    (small batch x dim, where the lane forward would split L) but not too few channels
+    (``TLANE_MIN_CHANNELS``): not at large batch x dim, not at 64 channels by default."""
     calls = []
     monkeypatch.setattr(triton_fwd, "FWD_TIME_LANES", True)
     monkeypatch.setattr(triton_fwd, "_launch_tlane", lambda *a: calls.append(a[0].shape))
@@ -118,10 +121,11 @@ def test_time_lanes_only_where_the_split_would_run(monkeypatch):
         except Exception:  # meta tensors stop the lane path at its first launch
             pass
 
-    run(1, 64, 16)
-    run(1, 64, 8)
-    run(64, 4096, 16)
-    assert calls == [(1, 64, 8)]
+    run(1, 64, 16)  # too few channels
+    run(1, 1536, 16)
+    run(1, 1536, 8)  # N != 16
+    run(64, 4096, 16)  # enough warps without a split
+    assert calls == [(1, 1536, 8)]
 
 
 GOOD = (
@@ -174,8 +178,8 @@ def test_launch_falls_back_to_the_segments(monkeypatch):
 
     monkeypatch.setattr(triton_fwd, "FWD_TIME_LANES", True)
     monkeypatch.setattr(triton_fwd, "_launch_tlane", failing)
-    kw = make_selective_scan_inputs(1, 64, 8, 16, device="meta")
-    outs = [torch.empty(s, device="meta") for s in ((1, 64, 8), (1, 64, 16), (1, 64, 2, 16))]
+    kw = make_selective_scan_inputs(1, 1024, 8, 16, device="meta")
+    outs = [torch.empty(s, device="meta") for s in ((1, 1024, 8), (1, 1024, 16), (1, 1024, 2, 16))]
     with pytest.warns(UserWarning, match="laid out differently; using the segment split"):
         try:
             triton_fwd._launch(*(kw[k] for k in _NAMES), True, *outs)

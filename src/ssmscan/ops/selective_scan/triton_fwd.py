@@ -315,6 +315,9 @@ LANE_MAX_NP = 32
 # where the split would run (small batch x dim) and N = 16: off until timed on a GPU (written in
 # the tenth session, 2026-12-01, without one: interpreter-tested, compiled offline)
 FWD_TIME_LANES = False
+# ... and only with at least this many channels (warps): below it the segment split's parallelism
+# wins (e.g. 64 channels x 65536 steps: 64 warps against the split's 2048)
+TLANE_MIN_CHANNELS = 512
 
 
 def steps_per_tile(NP: int) -> int:
@@ -363,7 +366,7 @@ def plan_knobs() -> tuple:
 
     tc = triton_common
     return (
-        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, CHECKPOINT_LEN,
+        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()),
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
@@ -517,6 +520,7 @@ def _launch(
         FWD_TIME_LANES
         and lane
         and batch * nblk * warps < triton_common.SPLIT_BELOW_WARPS  # the split's regime
+        and batch * dim >= TLANE_MIN_CHANNELS
         and N == 16
         and L > 0
         and CHECKPOINT_LEN % triton_fwd_tlane.TILE == 0
