@@ -17,6 +17,13 @@ if [ "$PART" = a ]; then
   timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider tests/ops/common/test_launch_plan.py \
       tests/ops/selective_scan/test_triton_fwd_tlane.py > $L/plan_tests.log 2>&1
   tail -3 $L/plan_tests.log; el
+  # replayed launches take int pointers (no driver check): a wrong offset would be a bad address
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 200 compute-sanitizer --tool memcheck python3 -m pytest -q -p no:cacheprovider \
+        tests/ops/common/test_launch_plan.py -k gpu > $L/sanitizer.log 2>&1
+    grep -E "ERROR SUMMARY|passed|failed" $L/sanitizer.log | tail -3
+  fi
+  el
   timeout 240 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/ -k "not float64" \
       > $L/gpu_tests.log 2>&1
   grep -E "^FAILED|^ERROR|passed|failed" $L/gpu_tests.log | tail -8

@@ -74,12 +74,19 @@ _DOUBLE = _kernel(lambda s, i: 2.0 * s[i])
 _PLUS = _kernel(lambda s, i: s[i] + 1.0)
 
 
+class _Jit:
+    pre_run_hooks: tuple = ()
+
+
+_JIT = _Jit()
+
+
 def _launch(compiled, *vals):
     """What the launcher does in eager CUDA: launch, and report to a record in progress."""
     rec = launch_plan.recorder()
     compiled.run.op(*vals)
     if rec is not None:
-        rec.launched(compiled, (1,), list(vals), 0, lambda device: 0)
+        rec.launched(compiled, (1,), list(vals), 0, lambda device: 0, _JIT)
 
 
 def _knobs():
@@ -106,6 +113,8 @@ def _chain(x, flag):
 def test_fake_launches_replay_through_the_arena():
     x = torch.randn(37)
     first = _chain(x, True)
+    assert not _chain.plans  # a signature's first call only counts
+    first = _chain(x, True)  # the second records
     (plan,) = [p for p in _chain.plans.values()]
     assert isinstance(plan, launch_plan.Plan)
     # the scratch buffer and its views are pointers into the arena: only empty_like (the
@@ -122,18 +131,21 @@ def test_fake_launches_replay_through_the_arena():
     y = torch.randn(37)
     torch.testing.assert_close(_chain(y, True)[0], (2 * y + 1) + 1, rtol=0, atol=0)
     assert len(_chain.plans) == 1
-    # another signature (flag), another plan
-    torch.testing.assert_close(_chain(y, False)[0], 2 * y + 1, rtol=0, atol=0)
+    # another signature (flag), another plan (from its second call)
+    for _ in range(2):
+        torch.testing.assert_close(_chain(y, False)[0], 2 * y + 1, rtol=0, atol=0)
     assert len(_chain.plans) == 2
 
 
 def test_settings_are_part_of_the_key():
     x = torch.randn(5)
     _chain(x, True)
+    _chain(x, True)
     n = len(_chain.plans)
     _SETTING[0] = 2
     try:
-        torch.testing.assert_close(_chain(x, True)[0], (2 * x + 1) + 1, rtol=0, atol=0)
+        for _ in range(3):
+            torch.testing.assert_close(_chain(x, True)[0], (2 * x + 1) + 1, rtol=0, atol=0)
         assert len(_chain.plans) == n + 1
     finally:
         _SETTING[0] = 1
@@ -176,7 +188,9 @@ def test_records_that_cannot_be_replayed_are_rejected():
     torch.testing.assert_close(out, 2 * _OUTSIDE, rtol=0, atol=0)
     assert any("outside" in why for why in _uses_outside_tensor.rejected.values())
     try:
-        _changes_setting(torch.zeros(3))
+        for _ in range(2):  # seen, then recorded (and rejected)
+            _SETTING[0] = 1
+            _changes_setting(torch.zeros(3))
         assert any("setting" in why for why in _changes_setting.rejected.values())
     finally:
         _SETTING[0] = 1
@@ -224,7 +238,7 @@ def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
             ref_g = triton_bwd.backward(dout, dlast, *args, ref[2], True)
         finally:
             launch_plan.ENABLED = True
-        for _ in range(2):
+        for _ in range(3):  # seen, recorded, replayed
             got = triton_fwd.forward(*args, True)
             got_g = triton_bwd.backward(dout, dlast, *args, got[2], True)
             for r, g in zip(ref, got):
@@ -313,7 +327,7 @@ def test_plans_match_normal_path_gpu(case):
         return [*fwd, *bwd[:5], *bwd[5]]
 
     for strided in (False, True):
-        for seed in (1, 2, 3):  # 1 records, 2 and 3 replay (fresh values)
+        for seed in (1, 2, 3, 4):  # 1 is seen, 2 records, 3 and 4 replay (fresh values)
             launch_plan.ENABLED = False
             try:
                 ref = run(seed, strided)
@@ -368,3 +382,51 @@ def test_direct_launch_matches_tritons_launcher_call():
     plan = launch_plan.Plan(rec, ())
     plan.run(())
     assert len(seen) == 2 and seen[1] == seen[0]
+
+
+@launch_plan.planned(_knobs)
+def _add(x, y):
+    out = torch.empty_like(x)
+    _launch(_kernel(lambda s, i: s[i] + 1.0), x, out, x.numel())  # out = x + 1, then + y:
+    out.add_(y)
+    return (out,)
+
+
+def test_a_tensor_passed_twice_is_part_of_the_key():
+    """A record names a tensor by one slot: a call with the same tensor twice must not share a
+    plan with calls of two tensors (nor the other way round)."""
+    x, y = torch.randn(9), torch.randn(9)
+    for _ in range(3):
+        torch.testing.assert_close(_add(x, x)[0], (x + 1) + x, rtol=0, atol=0)
+    for _ in range(3):
+        torch.testing.assert_close(_add(x, y)[0], (x + 1) + y, rtol=0, atol=0)
+    assert len([p for p in _add.plans.values() if isinstance(p, launch_plan.Plan)]) == 2
+
+
+def test_pre_run_hooks_send_calls_the_normal_way(monkeypatch):
+    """A kernel given a pre-run hook after the record (the launcher honours them): the plan
+    declines and the call runs normally."""
+    x = torch.randn(11)
+    for _ in range(3):
+        _chain(x, False)
+    calls = []
+    real = _chain.fn
+    monkeypatch.setattr(_chain, "fn", lambda *a: calls.append(1) or real(*a))
+    _chain(x, False)
+    assert calls == []  # replayed
+    monkeypatch.setattr(_Jit, "pre_run_hooks", (lambda *a, **k: None,))
+    torch.testing.assert_close(_chain(x, False)[0], 2 * x + 1, rtol=0, atol=0)
+    assert calls == [1]
+
+
+def test_every_kernel_launch_goes_through_the_launcher():
+    """A record sees launches through ``launcher()`` only: a kernel launched as ``kernel[grid]``
+    directly would run in the record and be missing from every replay."""
+    import pathlib
+
+    root = pathlib.Path(launch_plan.__file__).parents[1]
+    direct = re.compile(r"(?<!\))\b(_\w*_kernel)\s*\[")
+    for path in root.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            m = direct.search(line)
+            assert m is None or "launcher(" in line, f"{path}:{n}: {line.strip()}"

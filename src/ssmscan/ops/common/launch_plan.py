@@ -6,12 +6,13 @@ An eager call of our launchers (``triton_fwd.forward``, ``triton_bwd.backward``)
 Triton launches and allocations wrapped in a few hundred lines of Python that only look at
 shapes, strides, dtypes, devices, pointer alignment, flags and module settings: which kernel,
 which grid, which segments, which buffers. At batch 1 that Python, not the GPU, sets the time of
-an eager call (``benchmarks/RESULTS.md``). ``planned(knobs)(fn)`` runs ``fn`` normally the first
-time for a *signature* (the key: every argument's dtype, shape, strides, device and address
-modulo 16, the non-tensor arguments, the current device and ``knobs()``, the module settings
-that steer the launchers) while a ``TorchDispatchMode`` and the launcher (``triton_launch``) record
-what it did: every aten op, every Triton launch (the compiled kernel and its argument values),
-the result. Later calls with that signature replay the record:
+an eager call (``benchmarks/RESULTS.md``). ``planned(knobs)(fn)`` keys every call by its
+*signature*: every argument's dtype, shape, strides, device and address modulo 16, which
+arguments are the same tensor, the non-tensor arguments, the current device and ``knobs()`` (the
+module settings that steer the launchers). The second call with a signature (a first one may
+never recur: varying lengths) runs ``fn`` normally while a ``TorchDispatchMode`` and the launcher
+(``triton_launch``) record what it did: every aten op, every Triton launch (the compiled kernel
+and its argument values), the result. Later calls with that signature replay the record:
 
 * tensors are named by slot (the arguments, each op's outputs); a replayed op runs again on
   this call's tensors, a replayed launch goes straight to Triton's compiled launcher
@@ -24,8 +25,10 @@ the result. Later calls with that signature replay the record:
 
 What makes a replay equal to the normal path: the launchers read no tensor data on the host, and
 the record proves it (an op with a non-tensor result, such as ``item()``, rejects the record; so
-does a tensor the record cannot name, or a launch that could not be recorded); everything else
-they decide from what is in the key. A rejected signature runs the normal path from then on.
+does a tensor the record cannot name, or a setting the call changed); everything else they decide
+from what is in the key. Every kernel launch goes through ``launcher()`` (a launch made around it
+would be missing from the replays; a test greps for one). A rejected signature runs the normal
+path from then on, and so does a call while a recorded kernel has pre-run hooks.
 ``tests/ops/common/test_launch_plan.py`` checks the bookkeeping on CPU (with a fake compiled
 launcher that writes through the int pointers), every interpreter test of the ops replays plans
 (a second call with a signature), and the GPU tests compare replays with the normal path bit for
@@ -66,15 +69,19 @@ def recorder() -> _Recorder | None:
 
 def _arg_key(args: tuple) -> list | None:
     """The part of the key the arguments give, or None when one is not plannable (a tensor
-    subclass such as a FakeTensor, an unexpected type)."""
+    subclass such as a FakeTensor, an unexpected type). A tensor passed twice is part of it (the
+    position of its first occurrence): a record names a tensor by one slot, so a call with B is C
+    replays as such only for calls where B is C."""
     key: list[Any] = []
     add = key.append
-    for a in args:
+    first: dict[int, int] = {}
+    for i, a in enumerate(args):
         t = type(a)
         if a is None or t is bool:
             add(a)
         elif t is torch.Tensor or t is torch.nn.Parameter:
-            add((a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() % 16))
+            j = first.setdefault(id(a), i)
+            add((a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() % 16, j))
         elif t is int or t is float:
             add((t, a))
         else:
@@ -134,6 +141,7 @@ class _Recorder(TorchDispatchMode):
         self.made: dict[int, tuple] = {}  # allocation slot -> (size, stride, dtype, device)
         self.consts: dict[int, torch.Tensor] = {}  # slot -> a tensor from outside (a placeholder)
         self.steps: list[tuple] = []
+        self.jits: list[Any] = []  # kernels of the compiled launches
         self.n_args = len(args)
         self.ok = True
         self.why = ""
@@ -203,11 +211,15 @@ class _Recorder(TorchDispatchMode):
         return out
 
     def launched(
-        self, compiled: Any, grid: tuple, values: list, device: int, stream_of: Any
-    ) -> None:
-        """A launch of a compiled kernel with these values (the launcher's eager CUDA path)."""
+        self, compiled: Any, grid: tuple, values: list, device: int, stream_of: Any,
+        jit: Any = None,
+    ) -> None:  # fmt: skip
+        """A launch of a compiled kernel with these values (the launcher's eager CUDA path);
+        ``jit`` its kernel (a replay declines while it has pre-run hooks)."""
         if not self.ok:
             return
+        if jit is not None:
+            self.jits.append(jit)
         run = compiled.run
         fast = (
             hasattr(run, "launch")
@@ -263,6 +275,7 @@ class Plan:
 
     def __init__(self, rec: _Recorder, result: Any) -> None:
         self.n_slots = len(rec.ptr)
+        self.jits = tuple({id(j): j for j in rec.jits}.values())
         self.n_args = rec.n_args
         self.consts = dict(rec.consts)
         self.result = rec._ref(result)
@@ -351,6 +364,11 @@ class Plan:
         self.n_ops = sum(1 for s in self.steps if s[0] in ("op", "empty"))
         self.n_launches = sum(1 for s in self.steps if s[0] in ("launch", "call"))
 
+    def hooked(self) -> bool:
+        """Whether a kernel of the plan has pre-run hooks now (the launcher honours them: the
+        call takes the normal path)."""
+        return any(j.pre_run_hooks for j in self.jits)
+
     def run(self, args: tuple) -> Any:
         slots: list[Any] = [*args, *([None] * (self.n_slots - self.n_args))]
         for s, t in self.consts.items():
@@ -430,6 +448,7 @@ class _Planned:
         self.fn = fn
         self.knobs = knobs
         self.plans: dict[tuple, Any] = {}
+        self.seen: dict[tuple, None] = {}  # keys called once: recorded on their second call
         self.rejected: dict[tuple, str] = {}  # key -> why (tests and benchmarks read it)
 
     def __call__(self, *args: Any) -> Any:
@@ -441,7 +460,13 @@ class _Planned:
         key = (self.knobs(), _current_device(args), *ak)
         plan = self.plans.get(key)
         if plan is not None:
-            return plan.run(args) if plan is not _REJECTED else self.fn(*args)
+            if plan is _REJECTED or plan.hooked():
+                return self.fn(*args)
+            return plan.run(args)
+        if key not in self.seen:  # a signature seen once (varying lengths) costs no record
+            _put(self.seen, key, None)
+            return self.fn(*args)
+        self.seen.pop(key, None)
         return self._record(key, args)
 
     def _record(self, key: tuple, args: tuple) -> Any:
@@ -461,11 +486,20 @@ class _Planned:
             except _Unplannable as e:
                 rec.reject(str(e))
         if plan is _REJECTED:
-            self.rejected[key] = rec.why
-        if len(self.plans) >= MAX_PLANS:
-            self.plans.pop(next(iter(self.plans)))
-        self.plans[key] = plan
+            _put(self.rejected, key, rec.why)
+        _put(self.plans, key, plan)
         return result
+
+
+def _put(d: dict, key: tuple, value: Any) -> None:
+    """d[key] = value, the oldest entry dropped beyond MAX_PLANS (safe against another thread
+    dropping it first)."""
+    if len(d) >= MAX_PLANS:
+        try:
+            d.pop(next(iter(d)), None)
+        except (StopIteration, RuntimeError):  # emptied or resized by another thread
+            pass
+    d[key] = value
 
 
 def planned(knobs: Callable[[], tuple]) -> Callable[[Callable[..., Any]], _Planned]:

@@ -188,8 +188,8 @@ def _fast_launch(
     capture: list | None = None,
 ) -> Any:
     """The eager CUDA launch (Note [eager launch cache]); with ``capture`` (a plan's record,
-    Note [eager launch plans]) it appends (compiled kernel, grid, values, device, stream getter)
-    for a launch a plan can replay."""
+    Note [eager launch plans]) it appends (compiled kernel, grid, values, device, stream getter,
+    kernel) for a launch a plan can replay."""
     knobs, driver = _triton()
     rt = knobs.runtime
     if _hooked(rt.launch_enter_hook) or _hooked(rt.launch_exit_hook) or jit.pre_run_hooks:
@@ -213,7 +213,9 @@ def _fast_launch(
         if compiled is not None and not hasattr(compiled, "result"):  # not an async compile
             par.cache[key] = compiled
             if capture is not None:
-                capture.append((compiled, grid, values, device, driver.active.get_current_stream))
+                capture.append(
+                    (compiled, grid, values, device, driver.active.get_current_stream, jit)
+                )
         return compiled
     g = (*grid, 1, 1)
     stream = driver.active.get_current_stream(device)
@@ -230,7 +232,7 @@ def _fast_launch(
         *values,
     )
     if capture is not None:
-        capture.append((compiled, grid, values, device, driver.active.get_current_stream))
+        capture.append((compiled, grid, values, device, driver.active.get_current_stream, jit))
     return compiled
 
 

@@ -64,7 +64,7 @@ TILE = TL * TPT  # steps per tile
 @triton.jit
 def _rows_up(x, D: tl.constexpr, o_i):
     """Row i - D's x for rows i >= D (lane - 4 D: rows are lane bits 2-4); rows below D get
-    their own. Interpreted: a gather."""
+    their own on the GPU, row 0's interpreted (a gather): callers mask them either way."""
     if _PTX:
         xi = x.to(tl.int32, bitcast=True)
         if D == 1:
