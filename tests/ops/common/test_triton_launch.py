@@ -244,3 +244,23 @@ def test_fast_launch_binds_in_signature_order(monkeypatch):
     triton_launch._fast_launch(jit, (5,), (x, None), {"A": 1, "out": out, "n": 7, "C": 9,
                                                        "num_warps": 4}, None, x)  # fmt: skip
     assert len(jit.compiles) == 2
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_traced_launches_run_their_layout_checks():
+    """Note [traced layout checks] without a GPU: the checked launches of a forward and a
+    backward, as traced, compiled for sm_90 and checked; a failing check raises (again from the
+    cache); an unaligned tensor is another specialization; no target, no check
+    (``traced_check_script.py``, a process without TRITON_INTERPRET)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "traced_check_script.py")
+    res = subprocess.run(
+        [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.stdout.count(" ok") == 4, res.stdout

@@ -281,24 +281,31 @@ class _Launcher:
         like = _first_tensor(args, kwargs)
         if FAST_EAGER and not wrapping and like.is_cuda:
             return _fast_launch(self._jit, grid, args, kwargs, self._check, like)
-        args, kwargs = _no_nones(args, kwargs, like, False)
-        # traced: contiguous tensors flattened (Note [flat traced tensors])
-        args = tuple(_flat(a) for a in args)
-        kwargs = {k: _flat(v) for k, v in kwargs.items()}
-        # traced (``wrap_triton`` on): every parameter passed, constexpr defaults included
-        # (the tracer checks the argument list against the signature and does not apply
-        # defaults: a kernel launched without its defaulted constexprs failed to compile)
-        par = _params(self._jit)
-        given = set(par.names[: len(args)]) | set(kwargs)
-        missing = {n: v for n, v in par.defaults.items() if n not in given}
-        if missing:
-            kwargs = {**kwargs, **missing}
+        args, kwargs = self.traced_args(args, kwargs, like)
+        if self._check is not None and like.is_cuda and wrapping and TRACE_CHECKS:
+            traced_check(self._jit, self._check, args, kwargs, _trace_target())
         if self._check is not None and like.is_cuda and not wrapping:
             compiled = self._jit.warmup(*args, grid=grid, **kwargs)
             if id(compiled) not in self._checked:  # the TTGIR read once per kernel
                 self._check(compiled)
                 self._checked[id(compiled)] = compiled
         return self._kernel[grid](*args, **kwargs)
+
+    def traced_args(self, args: tuple, kwargs: dict, like: torch.Tensor) -> tuple[tuple, dict]:
+        """The arguments of a launch that is not the eager CUDA fast path (traced, or the
+        interpreter): no None (Note [no None pointers]), contiguous tensors flattened (Note [flat
+        traced tensors]), every parameter passed, constexpr defaults included (the tracer checks
+        the argument list against the signature and does not apply defaults: a kernel launched
+        without its defaulted constexprs failed to compile)."""
+        args, kwargs = _no_nones(args, kwargs, like, False)
+        args = tuple(_flat(a) for a in args)
+        kwargs = {k: _flat(v) for k, v in kwargs.items()}
+        par = _params(self._jit)
+        given = set(par.names[: len(args)]) | set(kwargs)
+        missing = {n: v for n, v in par.defaults.items() if n not in given}
+        if missing:
+            kwargs = {**kwargs, **missing}
+        return args, kwargs
 
     def _recorded(self, rec: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> Any:
         """A launch inside a plan's record (Note [eager launch plans]): run as usual with the
@@ -325,6 +332,100 @@ class _Launcher:
         else:
             rec.called(self, grid, args, kwargs)
         return result
+
+
+# Note [traced layout checks]: a launch traced for torch.compile / export (``wrap_triton`` on)
+# is compiled later by Inductor, never by our launcher, so the check an eager launch runs on every
+# kernel it compiles (the lane kernels' shuffle layouts) would not run at all, and a Triton whose
+# layouts differ would give wrong results silently. A traced launch with a check therefore
+# compiles the kernel for the current GPU as Triton's JIT would specialize the traced arguments
+# (a tensor's dtype and 16-byte alignment from its storage offset, an int's value, 1 and
+# divisibility by 16; a symbolic int as a plain i32) and runs the check on that, once per
+# specialization; its failure reaches the launcher's fallback (the 2-D / split kernels) inside
+# the trace. Without a GPU to target (tracing on a CPU-only machine) there is nothing to check.
+TRACE_CHECKS = True
+_TRACE_CHECKED: dict[tuple, BaseException | None] = {}
+_TRITON_TYPES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+}
+
+
+def _trace_target() -> Any:
+    """The current GPU's Triton target, or None without an active CUDA driver."""
+    try:
+        from triton.runtime.driver import driver
+
+        return driver.active.get_current_target()
+    except Exception:  # no GPU, no driver: nothing to compile for
+        return None
+
+
+def traced_check(jit: Any, check: Callable[[Any], None], args: tuple, kwargs: dict,
+                 target: Any) -> None:  # fmt: skip
+    """Note [traced layout checks]: compile ``jit`` for ``target`` as the JIT would specialize
+    these (possibly fake) arguments and run ``check`` on it; raise what the check raised (again
+    on later calls with the same specialization). Nothing when the target is None or an argument
+    cannot be typed."""
+    import triton
+
+    if target is None or not hasattr(jit, "params"):
+        return
+    par = _params(jit)
+    values = dict(zip(par.names, args))
+    values.update({k: v for k, v in kwargs.items() if k in par.index})
+    options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in par.index))
+    sig: dict[str, str] = {}
+    const: dict[str, Any] = {}
+    attrs: dict[tuple[int, ...], list] = {}
+    lo, hi = _INT32
+    for i, name in enumerate(par.names):
+        v = values[name] if name in values else par.defaults.get(name)
+        if par.const[i]:
+            sig[name], const[name] = "constexpr", v
+        elif isinstance(v, torch.Tensor):
+            ty = _TRITON_TYPES.get(v.dtype)
+            if ty is None:
+                return
+            sig[name] = "*" + ty
+            off = v.storage_offset()  # fresh storages are aligned; a symbolic offset (dynamic
+            # shapes) is not decided here (no guard): the pointer is taken as unaligned
+            if type(off) is int and (off * v.element_size()) % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif type(v) is bool:
+            sig[name] = "i1"
+        elif type(v) is int:
+            if v == 1:  # Triton specializes an int equal to 1 as a constant
+                sig[name], const[name] = "constexpr", 1
+            else:
+                sig[name] = "i32" if lo <= v <= hi else "i64"
+                if v % 16 == 0:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, torch.SymInt):
+            sig[name] = "i32"
+        elif type(v) is float:
+            sig[name] = "fp32"
+        else:
+            return
+    key = (id(jit), id(check), str(target), tuple(sig.items()), tuple(const.items()),
+           tuple(attrs), options)  # fmt: skip
+    if key not in _TRACE_CHECKED:
+        src = triton.compiler.ASTSource(fn=jit, signature=sig, constexprs=const, attrs=attrs)
+        compiled = triton.compile(src, target=target, options=dict(options))
+        try:
+            check(compiled)
+            _TRACE_CHECKED[key] = None
+        except Exception as e:  # the check's verdict, kept for this specialization
+            _TRACE_CHECKED[key] = e
+    failure = _TRACE_CHECKED[key]
+    if failure is not None:
+        raise failure
 
 
 _LAUNCHERS: dict[tuple[int, Any], _Launcher] = {}

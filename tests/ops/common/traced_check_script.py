@@ -1,0 +1,104 @@
+"""Note [traced layout checks], without a GPU: the launches a traced forward / backward would make
+(captured from the launchers with CPU tensors standing in for the traced ones, nothing run) are
+compiled for sm_90 by ``triton_launch.traced_check`` and pass their layout checks; a failing
+check raises on that specialization, again from the cache without compiling; an unaligned
+tensor is another specialization. Run by ``test_triton_launch.py`` in a process without
+TRITON_INTERPRET. Prints "... ok" lines; exit status 1 on a failure."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("run without TRITON_INTERPRET=1: this compiles for sm_90")
+
+import torch
+import triton
+
+from ssmscan.ops.common import triton_launch
+from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
+from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
+from ssmscan.testing import make_selective_scan_inputs
+from ssmscan.testing.triton_sm90 import SM90
+
+NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
+
+
+def captured(dtype: torch.dtype) -> list:
+    """(launcher, grid, args, kwargs) of every launch of a forward and a backward, as traced."""
+    seen = []
+
+    def spy(self, grid, *args, **kwargs):
+        like = triton_launch._first_tensor(args, kwargs)
+        args, kwargs = self.traced_args(args, kwargs, like)
+        if "EMU" in kwargs:  # the CPU stand-ins ask for the interpreter's shuffles; CUDA's don't
+            kwargs["EMU"] = False
+        seen.append((self, grid, args, kwargs))
+
+    real = triton_launch._Launcher._launch
+    triton_launch._Launcher._launch = spy
+    try:
+        kw = make_selective_scan_inputs(2, 64, 1000, 16, dtype=dtype, has_initial_state=True)
+        args = [kw[k] for k in NAMES]
+        fwd = triton_fwd.forward(*args, True)
+        triton_bwd.backward(torch.randn_like(args[0]), None, *args, fwd[2], True)
+    finally:
+        triton_launch._Launcher._launch = real
+    return seen
+
+
+def main() -> int:
+    bad = 0
+    for dtype in (torch.bfloat16,):  # the offline layout checks cover the dtypes; this the path
+        launches = captured(dtype)
+        checked = 0
+        n = len(triton_launch._TRACE_CHECKED)
+        for launcher, _grid, args, kwargs in launches:
+            if launcher._check is None:
+                continue
+            triton_launch.traced_check(launcher._jit, launcher._check, args, kwargs, SM90)
+            checked += 1
+        # the lane forward and the backward's checked kernels, each compiled and checked
+        ok = checked >= 2 and len(triton_launch._TRACE_CHECKED) == n + checked
+        print(f"{dtype}: {checked} checked launches of {len(launches)} {'ok' if ok else 'FAILED'}")
+        bad += not ok
+    # a failing check: raised, and raised again from the cache without a compile
+    launcher, _grid, args, kwargs = next(x for x in captured(torch.float32) if x[0]._check)
+
+    def failing(compiled):
+        raise LaneLayoutError("laid out differently")
+
+    compiles = []
+    real_compile = triton.compile
+    for _ in range(2):
+        triton.compile = lambda *a, **k: compiles.append(1) or real_compile(*a, **k)
+        try:
+            triton_launch.traced_check(launcher._jit, failing, args, kwargs, SM90)
+            print("failing check did not raise FAILED")
+            bad += 1
+        except LaneLayoutError:
+            pass
+        finally:
+            triton.compile = real_compile
+    print(
+        f"failing check raised twice, compiled {len(compiles)} time(s) {'ok' if compiles == [1] else 'FAILED'}"
+    )
+    bad += compiles != [1]
+    # an unaligned first tensor: another specialization (another compile)
+    n = len(triton_launch._TRACE_CHECKED)
+    name = next(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+    t = kwargs[name]
+    shifted = {**kwargs, name: torch.empty(t.numel() + 1, dtype=t.dtype)[1:].view(t.shape)}
+    triton_launch.traced_check(launcher._jit, launcher._check, args, shifted, SM90)
+    grew = len(triton_launch._TRACE_CHECKED) == n + 1
+    print(f"unaligned tensor, another specialization {'ok' if grew else 'FAILED'}")
+    bad += not grew
+    # no target (no GPU): nothing compiled, nothing raised
+    triton_launch.traced_check(launcher._jit, failing, args, kwargs, None)
+    print("no target ok")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
