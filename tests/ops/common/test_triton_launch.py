@@ -251,8 +251,9 @@ def test_fast_launch_binds_in_signature_order(monkeypatch):
 def test_traced_launches_run_their_layout_checks():
     """Note [traced layout checks] without a GPU: the checked launches of a forward and a
     backward, as traced, compiled for sm_90 and checked; a failing check raises (again from the
-    cache); an unaligned tensor is another specialization; no target, no check
-    (``traced_check_script.py``, a process without TRITON_INTERPRET)."""
+    cache); an unaligned tensor is another specialization; a failing stand-in compile warns
+    instead of breaking the trace; no target, no check (``traced_check_script.py``, a process
+    without TRITON_INTERPRET)."""
     import os
     import subprocess
     import sys
@@ -263,4 +264,4 @@ def test_traced_launches_run_their_layout_checks():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(" ok") == 4, res.stdout
+    assert res.stdout.count(" ok") == 5, res.stdout

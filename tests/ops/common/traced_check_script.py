@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("run without TRITON_INTERPRET=1: this compiles for sm_90")
@@ -94,6 +95,24 @@ def main() -> int:
     grew = len(triton_launch._TRACE_CHECKED) == n + 1
     print(f"unaligned tensor, another specialization {'ok' if grew else 'FAILED'}")
     bad += not grew
+
+    # our stand-in compile failing (not the user's trace): a warning, no check, no error
+    def never(compiled):
+        raise LaneLayoutError("must not be reached")
+
+    def broken(*a, **k):
+        raise RuntimeError("compiler down")
+
+    triton.compile = broken
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            triton_launch.traced_check(launcher._jit, never, args, kwargs, SM90)
+    finally:
+        triton.compile = real_compile
+    warned = any("could not compile" in str(w.message) for w in caught)
+    print(f"compile failure warned, not raised {'ok' if warned else 'FAILED'}")
+    bad += not warned
     # no target (no GPU): nothing compiled, nothing raised
     triton_launch.traced_check(launcher._jit, failing, args, kwargs, None)
     print("no target ok")
