@@ -224,9 +224,9 @@ def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
     from ssmscan.testing import make_selective_scan_inputs
 
     names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
-    for seed in (1, 2):
+    for seed in (1, 2):  # 2: other values, the same signature (replayed from its first call)
         kw = make_selective_scan_inputs(
-            2, 5, 37, 4, dtype=torch.float32, device="cpu", has_initial_state=True, seed=seed,
+            2, 5, 19, 4, dtype=torch.float32, device="cpu", has_initial_state=True, seed=seed,
             has_D=True, has_z=True, has_delta_bias=True, delta_softplus=True,
         )  # fmt: skip
         args = [kw[k] for k in names]
@@ -238,7 +238,7 @@ def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
             ref_g = triton_bwd.backward(dout, dlast, *args, ref[2], True)
         finally:
             launch_plan.ENABLED = True
-        for _ in range(3):  # seen, recorded, replayed
+        for _ in range(3 if seed == 1 else 1):  # seen, recorded, replayed
             got = triton_fwd.forward(*args, True)
             got_g = triton_bwd.backward(dout, dlast, *args, got[2], True)
             for r, g in zip(ref, got):

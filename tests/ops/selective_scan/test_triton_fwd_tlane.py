@@ -86,7 +86,7 @@ def test_backward_from_time_lane_checkpoints(time_lanes):
     from ssmscan.ops.selective_scan import eager
 
     kw = make_selective_scan_inputs(
-        1, 3, 600, 16, dtype=torch.float32, device="cpu", has_initial_state=True, seed=5
+        1, 3, 300, 16, dtype=torch.float32, device="cpu", has_initial_state=True, seed=5
     )
     ins = {k: kw[k].clone().requires_grad_() for k in _NAMES}
     out, last = eager.selective_scan(*(ins[k] for k in _NAMES), True)
@@ -165,7 +165,7 @@ def test_time_lane_kernel_layouts_for_sm90():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(" ok") == 48, res.stdout
+    assert res.stdout.count(" ok") == 24, res.stdout
 
 
 def test_launch_falls_back_to_the_segments(monkeypatch):

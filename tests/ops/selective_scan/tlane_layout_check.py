@@ -1,6 +1,6 @@
 """Compile the time-lane forward kernel (Note [selective scan forward time lanes]) for sm_90 (no
 GPU needed) over the specializations its launcher can produce (every dtype, L and pointers with
-and without 16-divisibility, the optional inputs on and off, grouped B / C) and check every
+and without 16-divisibility, the optional inputs on and off) and check every
 shuffle operand's layout (``triton_fwd_tlane.tlane_layout_problem``), no spills and no shared
 memory. Run as a script by ``test_triton_fwd_tlane.py``, in a process without TRITON_INTERPRET.
 Prints one "... ok" line per configuration with the registers; exit status 1 on any problem."""
@@ -37,8 +37,8 @@ def usage(cubin: bytes) -> dict[str, int]:
 def main() -> int:
     bad = 0
     for dt, L, aligned, opt, G in itertools.product(
-        ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1, 2)
-    ):
+        ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1,)
+    ):  # (grouped B / C changes offsets only, not layouts: G = 2 ran the same, 2026-12-01)
         io = f"*{dt}"
         vals = dict(
             u=io, delta=io, A2="*fp32", Bt="*fp32", Ct="*fp32", Dv="*fp32", z=io,
