@@ -1,4 +1,3 @@
-
 """Host time of eager calls with and without recorded launch plans (Note [eager launch plans]),
 and what the plans replay.
 
@@ -11,28 +10,14 @@ the second is what the benchmark tables show; it equals the host time where that
 from __future__ import annotations
 
 import argparse
-import time
 
 import bench_gpu
 import torch
 import triton
+from host_breakdown import us
 
 import ssmscan
 from ssmscan.ops.common import launch_plan
-
-
-def us(fn, n=50, rounds=5) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-        torch.cuda.synchronize()
-    return best
 
 
 def describe(fn) -> list[str]:
@@ -80,7 +65,7 @@ def main():
     for name, fn in cases.items():
         for on in (False, True, False, True):  # interleaved: the host drifts
             launch_plan.ENABLED = on
-            host = us(fn)
+            host = us(fn, rounds=5)
             ms = triton.testing.do_bench(fn, return_mode="median", warmup=10, rep=60)
             prev = rows.get((name, on))
             rows[(name, on)] = (

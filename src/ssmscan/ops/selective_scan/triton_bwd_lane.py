@@ -52,7 +52,13 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import (
+    _PTX,
+    _bfly,
+    _prefetch_l1,
+    _sigmoid,
+    _softplus,
+)
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _ALIAS,
     LaneLayoutError,
@@ -133,14 +139,7 @@ def _prefetch_bc_l1(Bt, Ct, row0, BLOCK_D: tl.constexpr, KL: tl.constexpr, NP: t
         i = tl.arange(0, BLOCK_D)[:, None] * KL + tl.arange(0, KL)[None, :]  # 0 .. 31
         off = row0 + (i % 16) * 8  # 16 sectors of 8 floats: 8 steps x NP = 16 states
         p = tl.where(i < 16, Bt + off, Ct + off)
-        tl.inline_asm_elementwise(
-            "prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;",
-            "=r,l",
-            [p],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
+        _prefetch_l1(p)
 
 
 @triton.jit

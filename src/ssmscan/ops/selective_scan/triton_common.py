@@ -76,6 +76,20 @@ _PTX = tl.constexpr(not triton.knobs.runtime.interpret)
 
 
 @triton.jit
+def _prefetch_l1(p):
+    """``prefetch.global.L1`` of the line at each pointer of ``p`` (GPU only: a hint, nothing
+    loaded into registers; the lane backward's and time-lane forward's next-tile B / C)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;",
+        "=r,l",
+        [p],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _rcp(x):
     """1 / x: compiled, one MUFU.RCP (``rcp.approx.ftz.f32``, at most 1 ulp off; Triton's ``/``
     is ``div.full.f32``, 8 instructions with its range scaling, H100/H200 SASS); interpreted, a

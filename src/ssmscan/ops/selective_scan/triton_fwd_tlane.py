@@ -47,7 +47,13 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
-from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import (
+    _PTX,
+    _bfly,
+    _prefetch_l1,
+    _sigmoid,
+    _softplus,
+)
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _ALIAS,
     LaneLayoutError,
@@ -136,14 +142,7 @@ def _prefetch_tile_l1(Bt, Ct, row0, o_lane):
     if _PTX:
         for X in tl.static_range(2):
             p = (Bt if X == 0 else Ct) + row0 + o_lane * 32
-            tl.inline_asm_elementwise(
-                "prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;",
-                "=r,l",
-                [p],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
+            _prefetch_l1(p)
 
 
 @triton.jit
