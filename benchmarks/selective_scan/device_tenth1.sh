@@ -9,33 +9,34 @@
 PART=${1:-a}
 T0=$(date +%s)
 el() { echo "t=$(( $(date +%s) - T0 ))s"; }
-L=/tmp/logs; mkdir -p $L
+B=/tmp/blog; mkdir -p $B
+L=${OUT:-/tmp}/logs_$PART; mkdir -p $L   # under $OUT: comes back even if the call times out
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 if [ "$PART" = a ]; then
   mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
-  (MAX_JOBS=8 setsid nohup python3 .whl/build_mamba_cuda.py > $L/build.log 2>&1 &)
-  timeout 150 python3 -m pytest -q -rfE -p no:cacheprovider tests/ops/common/test_launch_plan.py \
+  (MAX_JOBS=8 setsid nohup python3 .whl/build_mamba_cuda.py > $B/build.log 2>&1 &)
+  timeout 120 python3 -m pytest -q -rfE -p no:cacheprovider tests/ops/common/test_launch_plan.py \
       tests/ops/selective_scan/test_triton_fwd_tlane.py > $L/plan_tests.log 2>&1
   tail -3 $L/plan_tests.log; el
   # replayed launches take int pointers (no driver check): a wrong offset would be a bad address
   if command -v compute-sanitizer > /dev/null; then
-    timeout 200 compute-sanitizer --tool memcheck python3 -m pytest -q -p no:cacheprovider \
+    timeout 150 compute-sanitizer --tool memcheck python3 -m pytest -q -p no:cacheprovider \
         tests/ops/common/test_launch_plan.py -k gpu > $L/sanitizer.log 2>&1
     grep -E "ERROR SUMMARY|passed|failed" $L/sanitizer.log | tail -3
   fi
   el
-  timeout 240 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/ -k "not float64" \
+  timeout 220 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/ -k "not float64" \
       > $L/gpu_tests.log 2>&1
   grep -E "^FAILED|^ERROR|passed|failed" $L/gpu_tests.log | tail -8
   el
   cd benchmarks/selective_scan
   for s in "1 1536 4096 16 --dtype bf16" "1 1536 4096 16 --dtype fp32" "16 1536 1024 16 --dtype bf16"; do
-    timeout 60 python3 plan_host.py $s; done > $L/plan_host.log 2>&1
+    timeout 40 python3 plan_host.py $s; done > $L/plan_host.log 2>&1
   cut -c1-400 $L/plan_host.log
 else
   cd benchmarks/selective_scan
-  for i in $(seq 1 60); do grep -q BUILD_OK $L/build.log && break; sleep 5; done
-  tail -1 $L/build.log; el
+  for i in $(seq 1 60); do grep -q BUILD_OK $B/build.log && break; sleep 5; done
+  cp $B/build.log $L/; tail -1 $B/build.log; el
   export PYTHONPATH=$PYTHONPATH:/tmp/mbuild
   timeout 250 python3 bench_gpu.py --graph --api --plans --out $L/bench.json > $L/bench.log 2>&1
   grep -v '^{' $L/bench.log | tail -34
@@ -43,4 +44,4 @@ else
       --shapes 1x1536x4096x16,1x1024x65536x16 --out $L/bench_tlane.json > $L/bench_tlane.log 2>&1
   grep -v '^{' $L/bench_tlane.log | tail -20
 fi
-tar czf $OUT/logs_$PART.tar.gz -C /tmp logs; el
+el

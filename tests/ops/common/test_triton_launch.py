@@ -264,4 +264,4 @@ def test_traced_launches_run_their_layout_checks():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(" ok") == 5, res.stdout
+    assert res.stdout.count(" ok") == 6, res.stdout

@@ -96,6 +96,30 @@ def main() -> int:
     print(f"unaligned tensor, another specialization {'ok' if grew else 'FAILED'}")
     bad += not grew
 
+    # dynamic shapes: a symbolic constexpr (the lane forward's SPLIT = nseg > 1) is checked at its
+    # hint without adding a guard: the same specialization as the concrete value, from the cache
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    launcher, _grid, args, kwargs = next(
+        x for x in captured(torch.bfloat16) if x[0]._check and "SPLIT" in x[3]
+    )
+    env = ShapeEnv()
+    nseg = env.create_symintnode(env.create_symbol(3, ConstantSource("nseg")), hint=3)
+    n = len(triton_launch._TRACE_CHECKED)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        triton_launch.traced_check(
+            launcher._jit, launcher._check, args, {**kwargs, "SPLIT": nseg > 1}, SM90
+        )
+        same = len(triton_launch._TRACE_CHECKED) == n and kwargs["SPLIT"] is True
+        triton_launch.traced_check(
+            launcher._jit, launcher._check, args, {**kwargs, "SPLIT": nseg < 1}, SM90
+        )
+    ok = same and len(triton_launch._TRACE_CHECKED) == n + 1 and not caught and not env.guards
+    print(f"symbolic constexpr checked at its hint, no guard {'ok' if ok else 'FAILED'}")
+    bad += not ok
+
     # our stand-in compile failing (not the user's trace): a warning, no check, no error
     def never(compiled):
         raise LaneLayoutError("must not be reached")

@@ -9,10 +9,12 @@ op on CUDA, including torch.compile(fullgraph=True).
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
 
+from ssmscan.ops.common import triton_launch
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
 from ssmscan.ops.selective_scan.shapes import (
     CHECKPOINT_LEN,
@@ -608,7 +610,11 @@ def test_compile_fullgraph_training_step_gpu(dynamic):
     eager_grads = [params[k].grad.clone() for k in ("A", "D", "delta_bias")]
     for p in params.values():
         p.grad = None
-    got = step(torch.compile(loss_fn, fullgraph=True, dynamic=dynamic), *args)
+    with warnings.catch_warnings():  # Note [traced layout checks]: each checked, none skipped
+        warnings.filterwarnings("error", message="ssmscan: could not compile")
+        got = step(torch.compile(loss_fn, fullgraph=True, dynamic=dynamic), *args)
+    assert triton_launch._TRACE_CHECKED, "no traced launch was checked"
+    assert not any(triton_launch._TRACE_CHECKED.values()), triton_launch._TRACE_CHECKED
     torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-6)
     for k, ref in zip(("A", "D", "delta_bias"), eager_grads):
         torch.testing.assert_close(params[k].grad, ref, rtol=1e-5, atol=1e-6)

@@ -341,7 +341,8 @@ class _Launcher:
 # layouts differ would give wrong results silently. A traced launch with a check therefore
 # compiles the kernel for the current GPU as Triton's JIT would specialize the traced arguments
 # (a tensor's dtype and 16-byte alignment from its storage offset, an int's value, 1 and
-# divisibility by 16; a symbolic int as a plain i32) and runs the check on that, once per
+# divisibility by 16; a symbolic int as a plain i32; a symbolic constexpr, such as SPLIT = nseg > 1
+# under dynamic shapes, at its hint, read without a guard) and runs the check on that, once per
 # specialization; its failure reaches the launcher's fallback (the 2-D / split kernels) inside
 # the trace. Without a GPU to target (tracing on a CPU-only machine) there is nothing to check.
 TRACE_CHECKS = True
@@ -389,6 +390,12 @@ def traced_check(jit: Any, check: Callable[[Any], None], args: tuple, kwargs: di
     for i, name in enumerate(par.names):
         v = values[name] if name in values else par.defaults.get(name)
         if par.const[i]:
+            if isinstance(v, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+                # dynamic shapes: a symbolic constexpr (SPLIT=nseg > 1) is checked at its hint,
+                # the value this trace was made with, read without adding a guard
+                if not v.node.has_hint():
+                    return
+                v = v.node.hint
             sig[name], const[name] = "constexpr", v
         elif isinstance(v, torch.Tensor):
             ty = _TRITON_TYPES.get(v.dtype)
