@@ -1,0 +1,124 @@
+"""Where the host time of a batch-1 eager training step through the public API goes: the
+forward with inputs requiring grad, ``torch.autograd.grad``, our backward's own time inside it
+(on the autograd engine's device thread), the same backward called directly, and a trivial
+backward through the engine; beside them mamba-ssm's C++ ``fwd`` / ``bwd`` wrapped in a minimal
+``autograd.Function`` (what its ``selective_scan_fn`` pays at the least) when it is importable.
+
+    PYTHONPATH=src:/tmp/mbuild python benchmarks/selective_scan/api_host_split.py [B D L N] [--dtype bf16]
+
+Microseconds per call to enqueue (best of 5 rounds of 50 calls, no synchronization inside) and
+``do_bench`` medians (ms, the GPU work included)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import bench_gpu
+import torch
+import triton
+from host_breakdown import us
+
+import ssmscan
+from ssmscan.ops.selective_scan import eager
+
+
+class _Mamba(torch.autograd.Function):
+    """mamba-ssm's kernel behind the autograd engine, with none of its Python wrapper's work."""
+
+    @staticmethod
+    def forward(ctx, mb, u, delta, A, B, C, D, z, delta_bias):
+        B4, C4 = B.unsqueeze(1), C.unsqueeze(1)
+        out, x, out_z = mb.fwd(u, delta, A, B4, C4, D, z, delta_bias, True)
+        ctx.mb = mb
+        ctx.save_for_backward(u, delta, A, B4, C4, D, z, delta_bias, x, out)
+        return out_z
+
+    @staticmethod
+    def backward(ctx, dout):
+        u, delta, A, B4, C4, D, z, delta_bias, x, out = ctx.saved_tensors
+        du, ddelta, dA, dB, dC, dD, ddb, dz, *_ = ctx.mb.bwd(
+            u, delta, A, B4, C4, D, z, delta_bias, dout, x, out, None, True, False
+        )
+        return None, du, ddelta, dA, dB.squeeze(1), dC.squeeze(1), dD, dz, ddb
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape", nargs="*", type=int, default=[1, 1536, 4096, 16])
+    ap.add_argument("--dtype", default="bf16")
+    a = ap.parse_args()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    kw = bench_gpu.make(*a.shape, dtype)
+    dout = torch.randn_like(kw["u"])
+    grad_kw = {k: v.clone().requires_grad_() for k, v in kw.items()}
+    leaves = list(grad_kw.values())
+    inside = []
+    real_backward = eager._Scan.backward
+
+    def timed_backward(ctx, *grads):
+        t0 = time.perf_counter()
+        res = real_backward(ctx, *grads)
+        inside.append(time.perf_counter() - t0)
+        return res
+
+    def fwd_grad():
+        return ssmscan.selective_scan(**grad_kw, delta_softplus=True)
+
+    def api_fb():
+        return torch.autograd.grad(fwd_grad(), leaves, dout)
+
+    outs = [fwd_grad() for _ in range(64)]  # graphs to call the backward of directly
+
+    def bwd_direct():
+        out = outs.pop() if outs else fwd_grad()
+        return out.grad_fn.apply(dout, None)
+
+    x = torch.randn(64, device="cuda", requires_grad=True)
+    small = torch.randn(64, device="cuda")
+
+    def trivial():
+        return torch.autograd.grad(x * 2, [x], small)
+
+    cases = {
+        "api forward, inputs requiring grad": fwd_grad,
+        "api forward + autograd.grad": api_fb,
+        "our backward called directly": bwd_direct,
+        "x * 2 through autograd.grad": trivial,
+    }
+    try:
+        import selective_scan_cuda as mb
+    except ImportError:
+        mb = None
+    if mb is not None:
+        m_leaves = list(grad_kw.values())
+
+        def mamba_fb():
+            out = _Mamba.apply(mb, *m_leaves)
+            return torch.autograd.grad(out, m_leaves, dout)
+
+        cases["mamba fwd + bwd (C++ calls)"] = lambda: bench_gpu.mamba_fwd_bwd(mb, kw, dout)
+        cases["mamba in an autograd.Function"] = mamba_fb
+    print(f"{a.shape} {a.dtype}: host us to enqueue, do_bench ms")
+    for name, fn in cases.items():
+        if fn is bwd_direct:
+            host = us(fn, n=10, rounds=5)  # each call uses one of the saved graphs
+            ms = float("nan")
+        else:
+            host = us(fn, rounds=5)
+            ms = triton.testing.do_bench(fn, return_mode="median", warmup=10, rep=60)
+        print(f"  {name:40s} {host:7.1f} us  {ms:.4f} ms", flush=True)
+    eager._Scan.backward = staticmethod(timed_backward)
+    try:
+        inside.clear()
+        host = us(api_fb, rounds=5)
+        med = sorted(inside)[len(inside) // 2] * 1e6
+        print(
+            f"  our backward's time inside autograd.grad (median) {med:7.1f} us; whole call {host:.1f} us"
+        )
+    finally:
+        eager._Scan.backward = staticmethod(real_backward)
+
+
+if __name__ == "__main__":
+    main()
