@@ -19,9 +19,9 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "ops", "selective_scan")
 )
 
-import ssmscan  # noqa: E402
-from ssmscan.ops.common import launch_plan  # noqa: E402
-from ssmscan.ops.selective_scan import eager, triton_bwd, triton_fwd  # noqa: E402
+import ssmscan
+from ssmscan.ops.common import launch_plan
+from ssmscan.ops.selective_scan import eager, triton_bwd, triton_fwd
 
 
 def main():
@@ -69,12 +69,12 @@ def main():
         (False, True),
         (True, True),
     ]:
-        o, l, gr = step(with_out, fast)
+        o, last, gr = step(with_out, fast)
         r = ref[with_out]
         diffs = {k: (gr[k].float() - r[2][k].float()).abs().max().item() for k in gr}
         bad = {k: f"{v:.2e}" for k, v in diffs.items() if v != 0}
         print(f"with_out={with_out} fast={fast}: out equal {torch.equal(o, r[0])}, last equal "
-              f"{torch.equal(l, r[1])}, grads differing: {bad or 'none'}", flush=True)  # fmt: skip
+              f"{torch.equal(last, r[1])}, grads differing: {bad or 'none'}", flush=True)  # fmt: skip
         if "u" in bad:
             d = (gr["u"].float() - r[2]["u"].float()).abs()
             cols = (d > 1e-3 * r[2]["u"].float().abs().max()).any(dim=(0, 1)).nonzero().flatten()
