@@ -58,6 +58,23 @@ def main():
         torch.cuda.synchronize()
         return res
 
+    real_plan_init = launch_plan.Plan.__init__
+
+    def dumping_init(self, rec, result):  # the raw record of every plan made
+        print(f"record: {len(rec.steps)} steps, ok {rec.ok} {rec.why}")
+        for st in rec.steps:
+            if st[0] == "op":
+                _, func, targs, _tkw, outs, _single, view = st
+                ins = launch_plan._slots_in(targs)
+                print(f"  op {func} {ins} -> {outs}{' view' if view else ''} roots "
+                      f"{[rec.root[o] for o in outs]} ptrs {[hex(rec.ptr[o]) for o in outs]}")  # fmt: skip
+            elif st[0] == "launch":
+                print(f"  launch {st[2]} slots {launch_plan._slots_in(st[3])}")
+            else:
+                print(f"  {st[0]}")
+        real_plan_init(self, rec, result)
+
+    launch_plan.Plan.__init__ = dumping_init
     launch_plan.ENABLED = False
     ref = {w: step(w, True) for w in (True, False)}
     launch_plan.ENABLED = True

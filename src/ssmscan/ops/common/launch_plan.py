@@ -138,6 +138,7 @@ class _Recorder(TorchDispatchMode):
         self.slot_of: Any = WeakIdKeyDictionary()
         self.ptr: list[int] = []  # slot -> its data pointer when made
         self.root: list[tuple[int, int]] = []  # slot -> (slot at its storage's start, offset)
+        self.storage: list[int] = []  # slot -> its storage's data pointer when made (0: none)
         self.alloc: dict[int, tuple[int, torch.device]] = {}  # allocation slot -> bytes, device
         self.made: dict[int, tuple] = {}  # allocation slot -> (size, stride, dtype, device)
         self.consts: dict[int, torch.Tensor] = {}  # slot -> a tensor from outside (a placeholder)
@@ -152,6 +153,7 @@ class _Recorder(TorchDispatchMode):
                 self._new(a, None)
             else:
                 self.ptr.append(0)
+                self.storage.append(0)
                 self.root.append((len(self.root), 0))
 
     def reject(self, why: str) -> None:
@@ -161,6 +163,7 @@ class _Recorder(TorchDispatchMode):
     def _new(self, t: torch.Tensor, root: tuple[int, int] | None) -> int:
         s = len(self.ptr)
         self.ptr.append(t.data_ptr())
+        self.storage.append(t.untyped_storage().data_ptr())
         self.slot_of[t] = s
         self.root.append(root if root is not None else (s, 0))
         return s
@@ -198,9 +201,13 @@ class _Recorder(TorchDispatchMode):
         for o in leaves:
             s = self.slot_of.get(o)
             if s is None:  # a new tensor (an in-place / out= op returns its known argument)
-                if base is not None:  # a view: its pointer is its root's plus an offset
-                    r = self.root[base][0]
+                r = self.root[base][0] if base is not None else -1
+                if r >= 0 and o.untyped_storage().data_ptr() == self.storage[r]:
+                    # a view of its root's storage: its pointer is the root's plus an offset
                     s = self._new(o, (r, o.data_ptr() - self.ptr[r]))
+                elif r >= 0:  # not in its base's storage after all: kept as an op in replays
+                    view = False
+                    s = self._new(o, None)
                 else:
                     s = self._new(o, None)
                     if func in _ALLOCS:
@@ -221,6 +228,12 @@ class _Recorder(TorchDispatchMode):
             return
         if jit is not None:
             self.jits.append(jit)
+        for v in values:  # every pointer the launch takes is the one its slot was made with
+            if isinstance(v, torch.Tensor):
+                s = self.slot_of.get(v)
+                if s is not None and self.ptr[s] != v.data_ptr():
+                    self.reject(f"a launch argument's pointer is not its slot's (slot {s})")
+                    return
         run = compiled.run
         fast = (
             hasattr(run, "launch")
