@@ -20,7 +20,7 @@ from ssmscan.ops.common import launch_plan
 
 @pytest.fixture(autouse=True)
 def _eager_launches(monkeypatch):
-    """Plans on (off by default until measured on a GPU), for the launchers' eager path:
+    """Plans on (the default; a test may switch them off), for the launchers' eager path:
     ``wrap_triton`` off, as in the ops' bodies."""
     from torch._library.triton import set_wrap_triton_enabled
 
@@ -194,6 +194,53 @@ def test_records_that_cannot_be_replayed_are_rejected():
         assert any("setting" in why for why in _changes_setting.rejected.values())
     finally:
         _SETTING[0] = 1
+
+
+# An op whose schema marks its output as an alias of its input but that may return a copy: on
+# torch 2.11 CUDA ``aten.contiguous.default`` reached the record so (``is_view`` True, a fresh
+# tensor), and a replayed backward on the H200 took a pointer 381 MB off A's copy (2026-12-01).
+# A library op stands in for it here (on CPU torch 2.13 ``contiguous`` decomposes to ``clone``).
+_TEST_LIB = torch.library.Library("ssmscan_plan_test", "DEF")
+_TEST_LIB.define("copying_view(Tensor(a) x) -> Tensor(a)")
+_TEST_LIB.impl("copying_view", lambda x: x.t().contiguous(), "CPU")
+
+
+@launch_plan.planned(_knobs)
+def _through_copying_view(x):
+    y = torch.ops.ssmscan_plan_test.copying_view.default(x)
+    out = torch.empty(y.shape)
+    _launch(_DOUBLE, y, out, y.numel())
+    return (out,)
+
+
+@launch_plan.planned(_knobs)
+def _moves_an_argument(x, other):
+    x.set_(other.untyped_storage(), 0, other.shape)  # x now points elsewhere: not its slot's pointer
+    out = torch.empty_like(other)
+    _launch(_DOUBLE, x, out, other.numel())
+    return (out,)
+
+
+def test_an_op_marked_as_a_view_that_copies_is_replayed_as_an_op():
+    """A view op's output outside its base's storage is no view: the op is kept in the replay
+    (not turned into the base's pointer plus the record's offset, which points at freed memory)."""
+    assert torch.ops.ssmscan_plan_test.copying_view.default.is_view
+    for seed in range(4):  # seen, recorded, replayed twice on fresh values
+        x = torch.randn(5, 3, generator=torch.Generator().manual_seed(seed))
+        (out,) = _through_copying_view(x)
+        torch.testing.assert_close(out, 2 * x.t(), rtol=0, atol=0)
+    (plan,) = _through_copying_view.plans.values()
+    assert isinstance(plan, launch_plan.Plan)
+    ops = [str(st[1]) for st in plan.steps if st[0] == "op"]
+    assert "ssmscan_plan_test.copying_view.default" in ops, ops
+
+
+def test_a_launch_pointer_other_than_its_slots_rejects_the_record():
+    for _ in range(2):  # seen, then recorded (and rejected)
+        other = torch.randn(4)
+        (out,) = _moves_an_argument(torch.zeros(4), other)
+        torch.testing.assert_close(out, 2 * other, rtol=0, atol=0)
+    assert any("pointer" in why for why in _moves_an_argument.rejected.values())
 
 
 def test_no_plans_for_subclasses_modes_or_when_off():
