@@ -215,7 +215,8 @@ def _through_copying_view(x):
 
 @launch_plan.planned(_knobs)
 def _moves_an_argument(x, other):
-    x.set_(other.untyped_storage(), 0, other.shape)  # x now points elsewhere: not its slot's pointer
+    # x now points elsewhere: not the pointer its slot was made with
+    x.set_(other.untyped_storage(), 0, other.shape)
     out = torch.empty_like(other)
     _launch(_DOUBLE, x, out, other.numel())
     return (out,)
