@@ -478,3 +478,37 @@ def test_every_kernel_launch_goes_through_the_launcher():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             m = direct.search(line)
             assert m is None or "launcher(" in line, f"{path}:{n}: {line.strip()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_api_training_step_replays_on_the_engines_thread_gpu(monkeypatch):
+    """A training step through ``ssmscan.selective_scan``: from the third step on, the forward
+    replays on the caller's thread and the backward on the autograd engine's CUDA thread (the
+    engine runs CUDA backward nodes there; a plan must hit there too)."""
+    import threading
+
+    import ssmscan
+    from ssmscan.testing import make_selective_scan_inputs
+
+    runs: list[str] = []
+    real = launch_plan.Plan.run
+
+    def counted(self, args):
+        runs.append(threading.current_thread().name)
+        return real(self, args)
+
+    monkeypatch.setattr(launch_plan.Plan, "run", counted)
+    kw = make_selective_scan_inputs(
+        1, 64, 1024, 16, dtype=torch.bfloat16, device="cuda", has_D=True, has_z=True,
+        has_delta_bias=True, delta_softplus=True,
+    )  # fmt: skip
+    leaves = {k: kw[k].clone().requires_grad_() for k in ("u", "delta", "A", "B", "C", "D", "z")}
+    leaves["delta_bias"] = kw["delta_bias"].clone().requires_grad_()
+    for step in range(4):
+        runs.clear()
+        out = ssmscan.selective_scan(**leaves, delta_softplus=True)
+        torch.autograd.grad(out.float().square().sum(), list(leaves.values()))
+        if step >= 2:
+            main = threading.main_thread().name
+            assert runs.count(main) >= 1 and len(runs) == 2, runs  # forward here, backward there

@@ -20,7 +20,12 @@ and its argument values), the result. Later calls with that signature replay the
   pointer query per argument, no binding, no key);
 * allocations and views used only by launches are not replayed at all: such buffers become byte
   offsets into one per-call arena (one allocation instead of one per buffer), views of the
-  arguments their pointer plus the recorded offset (which depends only on shapes and strides);
+  arguments their pointer plus the recorded offset (which depends only on shapes and strides).
+  A view is an op whose schema says so *and* whose output lies in its base's storage: a schema
+  only says the output *may* alias (torch 2.11 CUDA sends ``aten.contiguous`` of a transposed
+  tensor to the mode as such, a fresh copy; taken for a view, a replayed backward read 381 MB
+  off A's copy on the H200), so any other output stays an op in the replay. A launch taking a
+  pointer other than the one its tensor's slot was made with rejects the record;
 * the launches' grids, ints and constexprs are the recorded values (they derive from the key).
 
 What makes a replay equal to the normal path: the launchers read no tensor data on the host, and

@@ -312,8 +312,8 @@ LANE_MAX_NP = 32
 
 
 # the time-lane kernel (Note [selective scan forward time lanes]) instead of the segment split
-# where the split would run (small batch x dim) and N = 16: off until timed on a GPU (written in
-# the tenth session, 2026-12-01, without one: interpreter-tested, compiled offline)
+# where the split would run (small batch x dim) and N = 16: off, slower than the split on the H200
+# at every shape timed (2026-12-01: 1.20-1.37x its time at batch 1; the Note has the figures)
 FWD_TIME_LANES = False
 # ... and only with at least this many channels (warps): below it the segment split's parallelism
 # wins (e.g. 64 channels x 65536 steps: 64 warps against the split's 2048)
