@@ -108,6 +108,23 @@ def main():
             host = us(fn, rounds=5)
             ms = triton.testing.do_bench(fn, return_mode="median", warmup=10, rep=60)
         print(f"  {name:40s} {host:7.1f} us  {ms:.4f} ms", flush=True)
+    import threading
+    from collections import Counter
+
+    from ssmscan.ops.common import launch_plan
+
+    replays: Counter = Counter()
+    real_run = launch_plan.Plan.run
+
+    def counted_run(self, args):
+        replays[threading.current_thread().name] += 1
+        return real_run(self, args)
+
+    launch_plan.Plan.run = counted_run
+    for _ in range(3):
+        api_fb()
+    launch_plan.Plan.run = real_run
+    print(f"  plan replays in 3 training steps, by thread: {dict(replays)}")
     eager._Scan.backward = staticmethod(timed_backward)
     try:
         inside.clear()

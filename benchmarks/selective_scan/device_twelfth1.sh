@@ -1,0 +1,23 @@
+#!/bin/bash
+# For the next device session (written in the eleventh): every GPU test with the final recorder
+# (the eleventh session's last full run was cut off at ~143 of 148 by its time limit), the plan
+# tests including the engine-thread replay test, where a batch-1 training step's host time goes,
+# then the benchmark beside mamba-ssm. One call (logs under $OUT/logs).
+T0=$(date +%s)
+el() { echo "t=$(( $(date +%s) - T0 ))s"; }
+L=${OUT:-/tmp}/logs; mkdir -p $L
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
+(MAX_JOBS=8 setsid nohup python3 .whl/build_mamba_cuda.py > /tmp/build.log 2>&1 &)
+timeout 330 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/ -k "not float64" \
+    > $L/gpu_tests.log 2>&1
+grep -E "^FAILED|^ERROR|passed|failed|could not compile" $L/gpu_tests.log | tail -8; el
+cd benchmarks/selective_scan
+for i in $(seq 1 60); do grep -q BUILD_OK /tmp/build.log && break; sleep 5; done
+cp /tmp/build.log $L/; tail -1 /tmp/build.log; el
+export PYTHONPATH=$PYTHONPATH:/tmp/mbuild
+for d in bf16 fp32; do timeout 40 python3 api_host_split.py 1 1536 4096 16 --dtype $d; done \
+    > $L/api_host_split.log 2>&1
+cat $L/api_host_split.log; el
+timeout 150 python3 bench_gpu.py --graph --api --out $L/bench.json > $L/bench.log 2>&1
+grep -v '^{' $L/bench.log | tail -34; el
