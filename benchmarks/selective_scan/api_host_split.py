@@ -44,13 +44,7 @@ class _Mamba(torch.autograd.Function):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("shape", nargs="*", type=int, default=[1, 1536, 4096, 16])
-    ap.add_argument("--dtype", default="bf16")
-    a = ap.parse_args()
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
-    kw = bench_gpu.make(*a.shape, dtype)
-    dout = torch.randn_like(kw["u"])
+    a, kw, dout = bench_gpu.host_case(argparse.ArgumentParser())
     grad_kw = {k: v.clone().requires_grad_() for k, v in kw.items()}
     leaves = list(grad_kw.values())
     inside = []

@@ -109,6 +109,17 @@ def make(batch, dim, L, N, dtype, seed=0):
     )
 
 
+def host_case(ap):
+    """The host-time scripts' command line (``[B D L N] [--dtype bf16]``, added to ``ap``): the
+    parsed arguments, the inputs (``make``) and a ``dout`` for them."""
+    ap.add_argument("shape", nargs="*", type=int, default=[1, 1536, 4096, 16])
+    ap.add_argument("--dtype", default="bf16")
+    a = ap.parse_args()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    kw = make(*a.shape, dtype)
+    return a, kw, torch.randn_like(kw["u"])
+
+
 def rel(x, r):
     x, r = x.double(), r.double()
     return ((x - r).abs().max() / r.abs().max()).item()

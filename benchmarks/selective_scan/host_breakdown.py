@@ -40,13 +40,7 @@ def main():
     from ssmscan.ops.common import triton_launch
     from ssmscan.ops.selective_scan import op, shapes, triton_bwd, triton_fwd
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("shape", nargs="*", type=int, default=[1, 1536, 4096, 16])
-    ap.add_argument("--dtype", default="bf16")
-    a = ap.parse_args()
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
-    kw = bench_gpu.make(*a.shape, dtype)
-    dout = torch.randn_like(kw["u"])
+    a, kw, dout = bench_gpu.host_case(argparse.ArgumentParser())
     args = [kw[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")]
     outs = shapes.empty_forward_outputs(kw["u"], kw["A"])
     ckpt = bench_gpu.ours_fwd(kw)[2]
