@@ -66,7 +66,8 @@ def main():
 
     def bwd_direct():
         out = outs.pop() if outs else fwd_grad()
-        return out.grad_fn.apply(dout, None)
+        with torch.no_grad():  # as the engine runs it (grad mode on: the create_graph path)
+            return out.grad_fn.apply(dout, None)
 
     x = torch.randn(64, device="cuda", requires_grad=True)
     small = torch.randn(64, device="cuda")
@@ -119,16 +120,44 @@ def main():
         api_fb()
     launch_plan.Plan.run = real_run
     print(f"  plan replays in 3 training steps, by thread: {dict(replays)}")
+    # the backward inside the engine, split: the planned launcher call and its plan's replay
+    from ssmscan.ops.selective_scan import triton_bwd
+
+    real_launcher = triton_bwd.backward
+    in_launcher: list[float] = []
+    in_run: dict[str, list[float]] = {}
+
+    def timed_launcher(*args):
+        t0 = time.perf_counter()
+        res = real_launcher(*args)
+        in_launcher.append(time.perf_counter() - t0)
+        return res
+
+    def timed_run(self, args):
+        t0 = time.perf_counter()
+        res = real_run(self, args)
+        in_run.setdefault(threading.current_thread().name, []).append(time.perf_counter() - t0)
+        return res
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2] * 1e6 if xs else float("nan")
+
     eager._Scan.backward = staticmethod(timed_backward)
+    triton_bwd.backward = timed_launcher
+    launch_plan.Plan.run = timed_run
     try:
         inside.clear()
         host = us(api_fb, rounds=5)
-        med = sorted(inside)[len(inside) // 2] * 1e6
         print(
-            f"  our backward's time inside autograd.grad (median) {med:7.1f} us; whole call {host:.1f} us"
+            f"  our backward's time inside autograd.grad (median) {med(inside):7.1f} us; whole call {host:.1f} us"
         )
+        print(f"    of which triton_bwd.backward (planned)            {med(in_launcher):7.1f} us")
+        for thread, xs in in_run.items():
+            print(f"    plan replays on {thread:12s} (median)          {med(xs):7.1f} us")
     finally:
         eager._Scan.backward = staticmethod(real_backward)
+        triton_bwd.backward = real_launcher
+        launch_plan.Plan.run = real_run
 
 
 if __name__ == "__main__":

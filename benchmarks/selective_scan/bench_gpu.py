@@ -62,6 +62,7 @@ def set_target_warps(w: int) -> None:
 _DEFAULTS = {
     "pbc": triton_bwd_lane.PREFETCH_BC,
     "finish": triton_bwd.FINISH_KERNEL,
+    "fold": triton_bwd.FOLD_MAX_SEGMENTS,
     "warps": triton_fwd.FWD_WARPS,
 }
 
@@ -70,7 +71,7 @@ def set_variant(spec: str) -> None:
     """``spec``: BWD_VARIANT[-option...], the options: noprefetch (``triton_bwd_lane.PREFETCH``
     off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), finish / nofinish
     (``triton_bwd.FINISH_KERNEL`` on / off), 2dlocal
-    (``triton_bwd.LANE_LOCAL`` off), rN (maxnreg N of the lane main kernel), fN (maxnreg N of
+    (``triton_bwd.LANE_LOCAL`` off), carrykernel / foldall (``triton_bwd.FOLD_MAX_SEGMENTS`` 0 / any), rN (maxnreg N of the lane main kernel), fN (maxnreg N of
     the lane forward), wN (``triton_fwd.FWD_WARPS``: warps per lane forward / states / local
     program); e.g. lane-noprefetch-r184. Options not named are the library's
     defaults."""
@@ -82,6 +83,9 @@ def set_variant(spec: str) -> None:
     else:
         triton_bwd_lane.PREFETCH_BC = _DEFAULTS["pbc"]
     triton_bwd.LANE_LOCAL = "2dlocal" not in opts
+    triton_bwd.FOLD_MAX_SEGMENTS = (
+        0 if "carrykernel" in opts else 1 << 30 if "foldall" in opts else _DEFAULTS["fold"]
+    )
     triton_bwd.FINISH_KERNEL = "finish" in opts or (_DEFAULTS["finish"] and "nofinish" not in opts)
     cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rfw" and o[1:].isdigit()}
     triton_fwd.FWD_WARPS = cap.get("w", _DEFAULTS["warps"])

@@ -156,7 +156,9 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
         v = {("A2" if k == "A2t" else k): x for k, x in v.items() if k not in ("ckpt", "scratch")}
         v.update(tstates="*fp32", TT=triton_bwd_split.SPLIT_TT, EMU=False)
         if triton_bwd.BWD_VARIANT == "lane":  # Note [selective scan backward lanes]
-            v.update(LP=triton_fwd.padded_steps(L, 8), KL=4, TPL=2)
+            # the lane local pass runs where L is in segments: the main kernel carries
+            v.update(LP=triton_fwd.padded_steps(L, 8), KL=4, TPL=2, seg_dt="*fp32",
+                     CARRY=nseg > 1)  # fmt: skip
         return v, warps, nseg
     kernel = triton_bwd.BWD_VARIANTS[triton_bwd.BWD_VARIANT]
     v.update(triton_bwd.variant_constexprs(kernel, True, block_d, warps))

@@ -133,6 +133,8 @@ def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **in
         HAS_SEG=seg,
         EMU=False,
     )
+    if lane:  # segments come with the lane local pass: the main kernel carries them itself
+        values["CARRY"] = seg
     values.update(ints)
     return compile_sm90(kernel, values, 1).asm["ttgir"]
 

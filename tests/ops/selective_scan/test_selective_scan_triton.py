@@ -9,6 +9,7 @@ op on CUDA, including torch.compile(fullgraph=True).
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import pytest
@@ -353,15 +354,71 @@ def test_triton_interpreter_split_backward(
 @pytest.mark.triton
 @_INTERP
 def test_triton_interpreter_lane_local_pass(split_backward):
-    """L = 300 (a chunk and a partial one) in segments: the lane local pass and the carry pass in
-    the (dim, NP) layout run and the gradients match float64 (dlast given: the carry pass starts
-    from it; two groups of B / C; N = 12, padded to 16); with L kept in one segment neither runs
-    (two chunks there too, so that the split policy, not L, decides)."""
+    """L = 300 (a chunk and a partial one) in segments: the lane local pass and the carry in the
+    (dim, NP) layout run and the gradients match float64 (dlast given: the carry starts from it;
+    two groups of B / C; N = 12, padded to 16). The carry is the lane main kernel's own
+    (``CARRY``) and the split kernel's carry pass; with L kept in one segment neither runs (two
+    chunks there too, so that the split policy, not L, decides)."""
     _run_case(1, 16, 300, 12, 2, True, True, True, torch.float32, True)
     assert split_backward == [True]
-    segmented = "_selective_scan_bwd_carry_kernel" in split_backward.kernels
+    segmented = "_selective_scan_bwd_lane_local_kernel" in split_backward.kernels
     assert segmented == (split_backward.variant_segments == "segments")
-    assert ("_selective_scan_bwd_lane_local_kernel" in split_backward.kernels) == segmented
+    carry_kernel = "_selective_scan_bwd_carry_kernel" in split_backward.kernels
+    assert carry_kernel == (segmented and split_backward.variant == "split")
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("fold", [True, False], ids=["fold", "carry-kernel"])
+def test_triton_interpreter_many_segments(fold, monkeypatch):
+    """Nine segments (16-step checkpoint chunks, L = 141: eight whole and a partial one), batch 2:
+    the forward's local pass runs for all but the last segment and each real-pass segment folds
+    up to eight before it, four loads at a time (``fold_segments``, a padded last group); the
+    backward's lane local pass skips segment 0, and its main kernel folds up to eight segments to
+    its right (``CARRY``, no carry kernel) or, beyond ``FOLD_MAX_SEGMENTS``, reads the carry
+    kernel's. Outputs, last state and every gradient match float64, dlast given (the backward's
+    carry starts from it)."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_common, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):  # this one: the check's
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_bwd, "FOLD_MAX_SEGMENTS", 9 if fold else 8)
+    assert triton_common.segments(2 * 4 * 1, 9, triton_common.FWD_TARGET_WARPS) == (9, 1)
+    grids: dict[str, list] = {}
+    real = triton_bwd.launcher
+
+    def spy(kernel, *a):
+        launched = real(kernel, *a)
+
+        class Grid:
+            def __getitem__(self, grid):
+                grids.setdefault(kernel.__name__, []).append(tuple(grid))
+                return launched[grid]
+
+        return Grid()
+
+    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    fwd_grids: list = []
+    real_fwd = triton_fwd.launcher
+
+    def fwd_spy(kernel, *a):
+        launched = real_fwd(kernel, *a)
+
+        class Grid:
+            def __getitem__(self, grid):
+                fwd_grids.append((kernel.__name__, tuple(grid)))
+                return launched[grid]
+
+        return Grid()
+
+    monkeypatch.setattr(triton_fwd, "launcher", fwd_spy)
+    _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
+    assert ("_selective_scan_bwd_carry_kernel" in grids) != fold
+    assert [g[2] for g in grids["_selective_scan_bwd_lane_local_kernel"]] == [8]
+    assert [g[2] for g in grids["_selective_scan_bwd_lane_kernel"]] == [9]
+    lane_fwd = [g[2] for name, g in fwd_grids if name == "_selective_scan_fwd_lane_kernel"]
+    assert lane_fwd[:2] == [8, 9]  # the local pass, then the real pass
 
 
 @pytest.mark.triton

@@ -741,6 +741,14 @@ BWD_VARIANT = "lane"
 # the segments' local pass on the lane forward's tiles (``triton_bwd_lane``) on the split path; a
 # module constant so that the benchmark can time the 2-D one beside it
 LANE_LOCAL = True
+# after the lane local pass, with at most this many segments, the lane main kernel folds the
+# segments to its right itself (up to NSEG - 1 steps, four segments' loads at a time:
+# ``triton_fwd_lane.fold_segments``) instead of reading the carry kernel's adjoints: one launch
+# fewer. Beyond it the fold's wait before each program's walk costs more than the launch (H200,
+# 2026-12-02, forward+backward under CUDA graphs, fold / carry kernel: (1, 1536, 4096, 16), 16
+# segments, 0.475 / 0.479 ms bf16 and 0.501 / 0.503 fp32; (1, 1024, 65536, 16), 64 segments,
+# 4.558 / 4.489 bf16 but 4.828 / 4.909 fp32). 0: the carry kernel always.
+FOLD_MAX_SEGMENTS = 16
 # the dB / dC partial sums (and the transposing copy into the gradients) by one Triton kernel
 # (``_selective_scan_bwd_sum_partials_kernel``) instead of torch.sum + copy per gradient: fewer
 # launches (host time at batch 1) and one pass (H200, 2026-12-01, bf16 per call: 249 vs 276 us
@@ -803,7 +811,7 @@ def plan_knobs() -> tuple:
     forward's blocks and lane tiles); Note [eager launch plans]."""
     bl, bs = triton_bwd_lane, triton_bwd_split
     return (
-        *triton_fwd.plan_knobs(), BWD_VARIANT, LANE_LOCAL, FINISH_KERNEL, SUM_UNROLL,
+        *triton_fwd.plan_knobs(), BWD_VARIANT, LANE_LOCAL, FOLD_MAX_SEGMENTS, FINISH_KERNEL, SUM_UNROLL,
         SUM_VALUES, CHECKPOINT_LEN, TILE_T, tuple((k, id(v)) for k, v in BWD_VARIANTS.items()),
         bl.LANE_KL, bl.PREFETCH, bl.PREFETCH_BC, tuple(bl.OPTIONS.items()), bs.SPLIT_NP,
         bs.SPLIT_TT, bs.SPLIT_BLOCK_D,
@@ -988,8 +996,8 @@ def launch(
         kernel = launcher(
             triton_bwd_lane._selective_scan_bwd_lane_local_kernel, check_lane_layout(KL)
         )
-        try:
-            kernel[(cdiv(dim, sbd), batch, nseg)](
+        try:  # no program for segment 0 (nothing reads its adjoint)
+            kernel[(cdiv(dim, sbd), batch, nseg - 1)](
                 dout_c,
                 delta_c,
                 A2,
@@ -1046,7 +1054,12 @@ def launch(
             HAS_BIAS=delta_bias is not None,
             num_warps=warps,
         )
-    if nseg > 1:  # carry pass from the right, in the local pass's layout
+    carry_block = (nblk, block_d, warps)
+
+    def carried() -> torch.Tensor:
+        """The carry pass from the right, in the local pass's layout: the adjoint entering each
+        segment (the lane main kernel after the lane local pass carries itself instead)."""
+        nblk, block_d, warps = carry_block
         seg_adj = torch.empty_like(seg_loc)
         launcher(_selective_scan_bwd_carry_kernel)[(nblk, batch)](
             A2 if lane_local else A2t,
@@ -1062,6 +1075,14 @@ def launch(
             DN=lane_local,
             num_warps=warps,
         )
+        return seg_adj
+
+    # the lane main kernel folds the segments to its right itself (one launch fewer)
+    carry_in_main = (
+        lane_local and nseg <= FOLD_MAX_SEGMENTS and BWD_VARIANT == "lane" and KL * TPL == TT
+    )
+    if nseg > 1 and not carry_in_main:
+        seg_adj = carried()
     # the state-shaped buffers read / written once: (NP, dim) for the tile kernels, (dim, NP)
     # for the split kernel (Note [selective scan backward split])
     dlast_main, seg_adj_main = dlast_t, seg_adj
@@ -1124,9 +1145,12 @@ def launch(
                     EMU=not u.is_cuda,
                     PREFETCH=triton_bwd_lane.PREFETCH,
                     PREFETCH_BC=triton_bwd_lane.PREFETCH_BC,
+                    CARRY=carry_in_main,
                     **triton_bwd_lane.OPTIONS,
                 ),
                 triton_bwd_lane.check_bwd_lane_layout(),
+                # with CARRY: the local pass's adjoints and dt sums (or None: one segment)
+                (tstates, seg_loc, seg_dt) if carry_in_main else (*states, None),
             )
     else:
         assert A2t is not None  # prepared for the tile kernels above
@@ -1146,7 +1170,7 @@ def launch(
     dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
 
     def run_main(kernel: Any, Bm: torch.Tensor, Cm: torch.Tensor, LP: tuple[int, ...], extra: dict,
-                 check: Any) -> None:  # fmt: skip
+                 check: Any, states: tuple) -> None:  # fmt: skip
         launcher(kernel, check)[(nblk, batch, nseg)](
             dout_c,
             dlast_main,
@@ -1188,14 +1212,16 @@ def launch(
         )
 
     if lane_main is None:
-        run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None)
+        run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None, states)
     else:
         try:
             run_main(*lane_main)
         except LaneLayoutError as e:  # checked before its first launch: nothing written
             BWD_VARIANT = "split"
             warnings.warn(f"{e}; using the split backward kernel from now on", stacklevel=2)
-            run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None)
+            if carry_in_main and nseg > 1:  # the split kernel reads the carried adjoints
+                states = (tstates, carried())
+            run_main(kernel, plain_BC(0), plain_BC(1), (), extra, None, states)
     # the partial sums, each one kernel where the layouts allow (the host time of these small
     # launches is what bounds batch-1 calls): with FINISH_KERNEL all in one
     finish = FINISH_KERNEL and dB.is_contiguous() and dC.is_contiguous()

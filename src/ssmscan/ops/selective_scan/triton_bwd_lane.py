@@ -65,6 +65,7 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _bases,
     _lane_bcast,
     _slot,
+    fold_segments,
     lane_layout_problem,
 )
 
@@ -191,7 +192,10 @@ def _selective_scan_bwd_lane_kernel(
     z,  # (batch, dim, L) or None
     delta_bias,  # (dim,) fp32 or None
     tstates,  # (batch, dim, cdiv(L, 8), NP) fp32: the state before every tile (states kernel)
-    seg_adj,  # (batch, NSEG, dim, NP) fp32 adjoint entering each segment from the right, or None
+    # (batch, NSEG, dim, NP) fp32 adjoint entering each segment from the right, or None; with
+    # CARRY the local pass's segment adjoints from zero instead, carried here (``seg_dt``)
+    seg_adj,
+    seg_dt,  # (batch, NSEG, dim) fp32 sums of dt over the segments (CARRY), or None
     du,  # (batch, dim, L) out, u's dtype
     ddelta,  # (batch, dim, L) out, delta's dtype
     dz,  # (batch, dim, L) out, or None when z is None
@@ -221,6 +225,7 @@ def _selective_scan_bwd_lane_kernel(
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
     PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
     PREFETCH_BC: tl.constexpr = True,  # the next tile's B_t / C_t prefetched into L1
+    CARRY: tl.constexpr = False,  # fold the segments to the right here (no carry kernel)
 ):
     """Note [selective scan backward lanes]."""
     SPT: tl.constexpr = NP // KL
@@ -257,7 +262,11 @@ def _selective_scan_bwd_lane_kernel(
         G_adj = tl.reshape(tl.load(dlast + i_b * SZ + o_dn, mask=m_dn, other=0.0), S3)
     else:
         G_adj = tl.zeros(S3, dtype=tl.float32)
-    if HAS_SEG:  # constexpr: seg_adj is None with one segment
+    if HAS_SEG and CARRY:  # the carry pass, here: G_{s-1} = exp(A sum dt_s) G_s + local_s
+        G_adj = fold_segments(
+            G_adj, seg_adj, seg_dt, b_A2, i_b, NSEG, NSEG - 1, NSEG - 1 - i_s, -1, dim, o_d, m_d
+        )
+    elif HAS_SEG:  # constexpr: seg_adj is None with one segment
         if i_s < NSEG - 1:
             G_adj = tl.reshape(tl.load(seg_adj + i_bs * SZ + o_dn, mask=m_dn, other=0.0), S3)
     dA_acc = tl.zeros(S3, dtype=tl.float32)
@@ -471,8 +480,10 @@ def _selective_scan_bwd_lane_local_kernel(
     Ct,  # (batch, G, LP, NP) fp32, time-padded (``padded_steps``)
     z,  # (batch, dim, L) or None
     delta_bias,  # (dim,) fp32 or None
-    seg_loc,  # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of the segment from zero
-    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over the segment
+    # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of each segment from zero, all but
+    # segment 0 (the grid has NSEG - 1 programs on axis 2)
+    seg_loc,
+    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over each segment but the first
     dim,  # channels
     L,  # sequence length
     LP,  # steps of Ct
@@ -497,8 +508,9 @@ def _selective_scan_bwd_lane_local_kernel(
     S3: tl.constexpr = (BLOCK_D, KL, SPT)
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
-    i_s = tl.program_id(2)
-    NSEG = tl.num_programs(2)
+    # no program for segment 0: the carry from the right never reads its adjoint
+    i_s = tl.program_id(2) + 1
+    NSEG = tl.num_programs(2) + 1
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     m_dn = m_d[:, None]

@@ -589,7 +589,8 @@ def _launch(
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
         seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
-        kernel[(nblk, batch, nseg)](
+        # the lane kernel's local pass skips the last segment (nothing reads its end state)
+        kernel[(nblk, batch, nseg - 1 if lane else nseg)](
             **args,
             seg_state=seg_state,
             seg_dt=seg_dt,

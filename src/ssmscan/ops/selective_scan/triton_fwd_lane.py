@@ -198,6 +198,34 @@ def _fwd_tile_lane(
 
 
 @triton.jit
+def fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, s0, count, DIR: tl.constexpr, dim, o_d,
+                  m_d):  # fmt: skip
+    """h folded over the ``count`` segments s0, s0 + DIR, ... (Note [selective scan segments]):
+    h = exp2(A2 sum dt_s) h + S_s, S_s the segment's state (forward) or adjoint (backward) from
+    zero in a (batch, NSEG, dim, NP) buffer, sum dt_s in a (batch, NSEG, dim) one; h and b_A2
+    (BLOCK_D, KL, SPT). Four segments' loads are issued before their four steps (one load
+    latency per four segments, not per segment); the padding steps of a last group load zeros,
+    and exp2(0) h + 0 is h exactly."""
+    NP: tl.constexpr = h.shape[1] * h.shape[2]
+    o_dn = o_d[:, None] * NP + tl.arange(0, NP)[None, :]
+    m_dn = m_d[:, None]
+    for q in range(0, tl.cdiv(count, 4)):
+        locs = ()
+        sdts = ()
+        for r in tl.static_range(4):
+            j = q * 4 + r
+            s = s0 + j * DIR
+            ok = j < count
+            p_loc = seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn
+            locs = locs + (tl.reshape(tl.load(p_loc, mask=m_dn & ok, other=0.0), h.shape),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            p_dt = seg_dt + (i_b * NSEG + s) * dim + o_d
+            sdts = sdts + (tl.load(p_dt, mask=m_d & ok, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        for r in tl.static_range(4):
+            h = tl.exp2(sdts[r][:, None, None] * b_A2) * h + locs[r]
+    return h
+
+
+@triton.jit
 def _selective_scan_fwd_lane_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
@@ -210,8 +238,10 @@ def _selective_scan_fwd_lane_kernel(
     init,  # (batch, dim, NP) fp32 initial state (padded), or None
     out,  # (batch, dim, L) output, u's dtype
     ckpt,  # (batch, dim, NCK, NP) fp32: state before each chunk, last entry the final state
-    seg_state,  # (batch, NSEG, dim, NP) fp32 segment end states from zero (LOCAL: out), or None
-    seg_dt,  # (batch, NSEG, dim) fp32 sums of dt over the segments (LOCAL: out), or None
+    # segment end states from zero, (batch, NSEG, dim, NP) fp32 (LOCAL: out; the local pass
+    # writes all but the last segment's), or None
+    seg_state,
+    seg_dt,  # (batch, NSEG, dim) fp32 sums of dt over the segments (as seg_state), or None
     last,  # (batch, dim, NP) fp32 out: the final state, or None
     dim,  # channels
     L,  # sequence length
@@ -241,6 +271,8 @@ def _selective_scan_fwd_lane_kernel(
     i_b = tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
     NSEG = tl.num_programs(2)
+    if LOCAL:  # no program for the last segment: no later one reads its end state
+        NSEG += 1
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     o_k = tl.arange(0, KL)
@@ -285,11 +317,7 @@ def _selective_scan_fwd_lane_kernel(
         else:
             h = tl.zeros(S3, dtype=tl.float32)
         if SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
-            for s in range(0, i_s):
-                p_loc = seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn
-                b_loc = tl.reshape(tl.load(p_loc, mask=m_dn, other=0.0), S3)
-                b_sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d, other=0.0)
-                h = tl.exp2(b_sdt[:, None, None] * b_A2) * h + b_loc
+            h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s, 1, dim, o_d, m_d)
     # the next tile's inputs load while this one computes (B / C padded for it)
     nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
     for t0 in range(t_beg, t_end, TT):
