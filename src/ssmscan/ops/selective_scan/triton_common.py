@@ -56,6 +56,14 @@ segment (enough channels) passes 1 and 2 are skipped and the walk is the plain s
 On the lane backward's path the local pass runs on the lane forward's tiles
 (``triton_bwd_lane._selective_scan_bwd_lane_local_kernel``) and the carry pass reads and writes
 (dim, NP) buffers (``DN``): H200, 2026-12-01, 1.16 -> 0.43 ms at (1, 1024, 65536, 16).
+
+On the lane paths a local pass runs only for the segments whose result is read: the forward's
+for all but the last, the backward's for all but the first (NSEG - 1 programs on axis 2). The
+folds (the forward's real pass, and the lane backward's main kernel up to
+``triton_bwd.FOLD_MAX_SEGMENTS`` segments, where it replaces the carry kernel) go through
+``triton_fwd_lane.fold_segments``, four segments' loads at a time (H200, 2026-12-02, under CUDA
+graphs: (1, 1536, 4096, 16) bf16 forward+backward 0.482 -> 0.475 ms, (1, 1024, 65536, 16) bf16
+forward 1.082 -> 1.066; ``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
