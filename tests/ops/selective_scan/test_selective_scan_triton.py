@@ -675,3 +675,72 @@ def test_compile_fullgraph_training_step_gpu(dynamic):
     torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-6)
     for k, ref in zip(("A", "D", "delta_bias"), eager_grads):
         torch.testing.assert_close(params[k].grad, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compile_reduce_overhead_training_step_gpu():
+    """``torch.compile(mode="reduce-overhead")``, what the README points batch-1 training at (the
+    eager step is host-bound there): the public API's forward and backward run as CUDA graphs
+    (no graph skipped), L in segments (batch 1, 64 channels, L = 300), and the third step's
+    outputs and gradients (a replay) equal eager's."""
+    from torch._dynamo.utils import counters
+
+    import ssmscan
+
+    kw = make_selective_scan_inputs(1, 64, 300, 16, dtype=torch.float32, device="cuda")
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+    leaves = [kw[k].clone().requires_grad_() for k in names]
+    dout = torch.randn_like(kw["u"])
+
+    def fwd(u, delta, A, B, C, D, z, delta_bias):
+        return ssmscan.selective_scan(u, delta, A, B, C, D, z, delta_bias, True, True)
+
+    def step(fn):
+        out, last = fn(*leaves)
+        grads = torch.autograd.grad((out, last), leaves, (dout, torch.ones_like(last)))
+        return [t.detach().clone() for t in (out, last, *grads)]
+
+    ref = step(fwd)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fwd, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):  # warm-up, recording, replay
+        torch.compiler.cudagraph_mark_step_begin()
+        got = step(compiled)
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    for name, g, r in zip(("out", "last", *names), got, ref):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_lane_backward_prefetches_only_in_eager(traced, monkeypatch):
+    """Note [traced kernels' inline asm]: the lane main kernel's L1 prefetch (a non-pure inline
+    asm, which stops torch's mutation analysis of a traced launch) is passed on only when the
+    launch is not traced (``wrap_triton`` off); everything else about the launch is the same."""
+    from torch._library.triton import set_wrap_triton_enabled
+
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_bwd_lane
+
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_bwd_lane, "PREFETCH_BC", True)
+    seen: dict[str, dict] = {}
+
+    def fake_launcher(kernel, *a):  # records the launch, runs nothing
+        class Grid:
+            def __getitem__(self, grid):
+                return lambda *args, **kw: seen.setdefault(kernel.__name__, kw)
+
+        return Grid()
+
+    monkeypatch.setattr(triton_bwd, "launcher", fake_launcher)
+    kw, dout, _ = _inputs(1, 16, 64, 16, None, True, True, False, torch.float32, "cpu")
+    ckpt = torch.zeros(1, 16, shapes.num_checkpoints(64), 16)
+    args = [kw[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")]
+    with set_wrap_triton_enabled(traced):
+        triton_bwd.backward(dout, None, *args, None, ckpt, True)
+    consts = seen["_selective_scan_bwd_lane_kernel"]
+    assert consts["PREFETCH_BC"] is (not traced)
+    assert consts["PREFETCH"] is True

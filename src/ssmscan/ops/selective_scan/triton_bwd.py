@@ -66,6 +66,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from torch._library.triton import is_wrap_triton_enabled
 
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.launch_plan import planned
@@ -1144,7 +1145,8 @@ def launch(
                     TPL=TPL,
                     EMU=not u.is_cuda,
                     PREFETCH=triton_bwd_lane.PREFETCH,
-                    PREFETCH_BC=triton_bwd_lane.PREFETCH_BC,
+                    # not when traced: Note [traced kernels' inline asm]
+                    PREFETCH_BC=triton_bwd_lane.prefetch_bc(is_wrap_triton_enabled()),
                     CARRY=carry_in_main,
                     **triton_bwd_lane.OPTIONS,
                 ),

@@ -41,6 +41,23 @@ split kernel at every benchmark shape but (1, 1024, 65536) bf16 without the L1 p
 The segments' local pass (Note [selective scan segments]) has a lane kernel here too
 (``_selective_scan_bwd_lane_local_kernel``: the adjoint alone on the lane tiles, next tile
 prefetched; only ``shfl.sync.idx`` broadcasts, checked like the forward's).
+
+Note [traced kernels' inline asm]
+---------------------------------
+Under ``torch.compile`` / export a launch is a ``wrap_triton`` node, and torch works out which
+arguments the kernel writes from its TTIR (``identify_mutated_tensors``). An inline asm it
+cannot prove free of side effects (``is_pure=False``: the L1 prefetch, which must not be
+optimized away) stops that analysis, and torch then takes *every* argument as written: AOT
+autograd copies the "results" back into the inputs, and where an input is a leaf that requires
+grad the compile fails ("a leaf Variable that requires grad is being used in an in-place
+operation": H200, torch 2.11, 2026-12-02, ``ssmscan.selective_scan`` on leaves under
+``torch.compile(mode="reduce-overhead")``; with inputs not requiring grad the same analysis
+failure had silently added those copies). So a traced launch of the main kernel goes without
+the prefetch (``prefetch_bc``; the kernel without it was checked against float64 on the H200 in
+the seventh session) and every other kernel keeps its inline asm pure (shuffles, ``rcp``).
+``lane_layout_check.py`` (a CPU test) compiles the traced configurations for sm_90 and fails on
+a non-pure inline asm in their TTIR. The time-lane forward (``triton_fwd_tlane``, off by
+default) still prefetches when traced.
 """
 
 from __future__ import annotations
@@ -78,8 +95,15 @@ PREFETCH = True
 OPTIONS: dict[str, int] = {}
 # the next tile's B_t / C_t prefetched into L1 (``_prefetch_bc_l1``; H200, 2026-12-01, main
 # kernel ms off / on: 2.57 / 2.48 fp32, 2.36 / 2.36 bf16 at 8x4096x2048; 0.97 / 0.94, 0.89 / 0.90
-# at 16x1536x1024; whole fwd+bwd at 1x1024x65536 bf16 4.91 / 4.63)
+# at 16x1536x1024; whole fwd+bwd at 1x1024x65536 bf16 4.91 / 4.63); eager launches only
+# (``prefetch_bc``)
 PREFETCH_BC = True
+
+
+def prefetch_bc(traced: bool) -> bool:
+    """The main kernel's ``PREFETCH_BC`` for a launch, ``traced`` under ``wrap_triton``: off
+    there (Note [traced kernels' inline asm])."""
+    return PREFETCH_BC and not traced
 
 
 @triton.jit
