@@ -51,8 +51,8 @@ optimized away) stops that analysis, and torch then takes *every* argument as wr
 autograd copies the "results" back into the inputs, and where an input is a leaf that requires
 grad the compile fails ("a leaf Variable that requires grad is being used in an in-place
 operation": H200, torch 2.11, 2026-12-02, ``ssmscan.selective_scan`` on leaves under
-``torch.compile(mode="reduce-overhead")``; with inputs not requiring grad the same analysis
-failure had silently added those copies). So a traced launch of the main kernel goes without
+``torch.compile(mode="reduce-overhead")``; where the inputs do not require grad the compile
+passes, with those copies presumably in its graph). So a traced launch of the main kernel goes without
 the prefetch (``prefetch_bc``; the kernel without it was checked against float64 on the H200 in
 the seventh session) and every other kernel keeps its inline asm pure (shuffles, ``rcp``).
 ``lane_layout_check.py`` (a CPU test) compiles the traced configurations for sm_90 and fails on
