@@ -423,6 +423,47 @@ def test_triton_interpreter_many_segments(fold, monkeypatch):
 
 @pytest.mark.triton
 @_INTERP
+def test_triton_interpreter_lane_main_fallback_carries(monkeypatch):
+    """The lane main kernel failing its layout check (raised before its launch) where it would
+    have folded the carry itself: the split kernel runs instead, from the carry kernel's
+    adjoints (made then), with a warning; every gradient still matches float64 (nine segments,
+    as ``test_triton_interpreter_many_segments``)."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")  # restored after the fallback
+    launched: list[str] = []
+    real = triton_bwd.launcher
+
+    def spy(kernel, *a):
+        launched.append(kernel.__name__)
+        if kernel.__name__ == "_selective_scan_bwd_lane_kernel":
+
+            class Failing:
+                def __getitem__(self, grid):
+                    def launch(*args, **kw):
+                        raise LaneLayoutError("laid out differently")
+
+                    return launch
+
+            return Failing()
+        return real(kernel, *a)
+
+    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    with pytest.warns(UserWarning, match="using the split backward kernel from now on"):
+        _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
+    i = launched.index("_selective_scan_bwd_lane_kernel")
+    assert launched[i + 1 : i + 3] == [
+        "_selective_scan_bwd_carry_kernel",
+        "_selective_scan_bwd_split_kernel",
+    ], launched
+    assert "_selective_scan_bwd_carry_kernel" not in launched[:i]
+
+
+@pytest.mark.triton
+@_INTERP
 @pytest.mark.parametrize(
     "batch,dim,L,N,groups", [(2, 8, 40, 16, None), (1, 16, 41, 12, 2)], ids=["G1-N16", "G2-N12"]
 )
