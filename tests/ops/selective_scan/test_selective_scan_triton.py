@@ -385,40 +385,27 @@ def test_triton_interpreter_many_segments(fold, monkeypatch):
     monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")
     monkeypatch.setattr(triton_bwd, "FOLD_MAX_SEGMENTS", 9 if fold else 8)
     assert triton_common.segments(2 * 4 * 1, 9, triton_common.FWD_TARGET_WARPS) == (9, 1)
-    grids: dict[str, list] = {}
-    real = triton_bwd.launcher
+    grids: dict[str, list] = {}  # kernel name -> the grids of its launches, in order
+    for mod in (triton_fwd, triton_bwd):
+        real = mod.launcher
 
-    def spy(kernel, *a):
-        launched = real(kernel, *a)
+        def spy(kernel, *a, real=real):
+            launched = real(kernel, *a)
 
-        class Grid:
-            def __getitem__(self, grid):
-                grids.setdefault(kernel.__name__, []).append(tuple(grid))
-                return launched[grid]
+            class Grid:
+                def __getitem__(self, grid):
+                    grids.setdefault(kernel.__name__, []).append(tuple(grid))
+                    return launched[grid]
 
-        return Grid()
+            return Grid()
 
-    monkeypatch.setattr(triton_bwd, "launcher", spy)
-    fwd_grids: list = []
-    real_fwd = triton_fwd.launcher
-
-    def fwd_spy(kernel, *a):
-        launched = real_fwd(kernel, *a)
-
-        class Grid:
-            def __getitem__(self, grid):
-                fwd_grids.append((kernel.__name__, tuple(grid)))
-                return launched[grid]
-
-        return Grid()
-
-    monkeypatch.setattr(triton_fwd, "launcher", fwd_spy)
+        monkeypatch.setattr(mod, "launcher", spy)
     _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
     assert ("_selective_scan_bwd_carry_kernel" in grids) != fold
     assert [g[2] for g in grids["_selective_scan_bwd_lane_local_kernel"]] == [8]
     assert [g[2] for g in grids["_selective_scan_bwd_lane_kernel"]] == [9]
-    lane_fwd = [g[2] for name, g in fwd_grids if name == "_selective_scan_fwd_lane_kernel"]
-    assert lane_fwd[:2] == [8, 9]  # the local pass, then the real pass
+    # the forward's local pass, then its real pass
+    assert [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]][:2] == [8, 9]
 
 
 @pytest.mark.triton
