@@ -64,6 +64,7 @@ _DEFAULTS = {
     "finish": triton_bwd.FINISH_KERNEL,
     "fold": triton_bwd.FOLD_MAX_SEGMENTS,
     "warps": triton_fwd.FWD_WARPS,
+    "states": triton_bwd.STATES_OPTIONS,
 }
 
 
@@ -71,10 +72,12 @@ def set_variant(spec: str) -> None:
     """``spec``: BWD_VARIANT[-option...], the options: noprefetch (``triton_bwd_lane.PREFETCH``
     off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), finish / nofinish
     (``triton_bwd.FINISH_KERNEL`` on / off), 2dlocal
-    (``triton_bwd.LANE_LOCAL`` off), carrykernel / foldall (``triton_bwd.FOLD_MAX_SEGMENTS`` 0 / any), rN (maxnreg N of the lane main kernel), fN (maxnreg N of
+    (``triton_bwd.LANE_LOCAL`` off), carrykernel / foldall (``triton_bwd.FOLD_MAX_SEGMENTS`` 0
+    / any), nostatesadj (``triton_bwd.STATES_ADJ`` off: the local pass its own kernel), rN
+    (maxnreg N of the lane main kernel), sN (of the states kernel with the local pass; s0: no
+    cap), fN (of
     the lane forward), wN (``triton_fwd.FWD_WARPS``: warps per lane forward / states / local
-    program); e.g. lane-noprefetch-r184. Options not named are the library's
-    defaults."""
+    program); e.g. lane-noprefetch-r184. Options not named are the library's defaults."""
     name, *opts = spec.split("-")
     triton_bwd.BWD_VARIANT = name
     triton_bwd_lane.PREFETCH = "noprefetch" not in opts
@@ -87,9 +90,12 @@ def set_variant(spec: str) -> None:
         0 if "carrykernel" in opts else 1 << 30 if "foldall" in opts else _DEFAULTS["fold"]
     )
     triton_bwd.FINISH_KERNEL = "finish" in opts or (_DEFAULTS["finish"] and "nofinish" not in opts)
-    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rfw" and o[1:].isdigit()}
+    triton_bwd.STATES_ADJ = "nostatesadj" not in opts
+    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rsfw" and o[1:].isdigit()}
     triton_fwd.FWD_WARPS = cap.get("w", _DEFAULTS["warps"])
     triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
+    states = {"maxnreg": cap["s"]} if cap.get("s") else {} if "s" in cap else _DEFAULTS["states"]
+    triton_bwd.STATES_OPTIONS = states
     triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}
 
 

@@ -165,8 +165,11 @@ def bwd_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int
     return v, warps, nseg
 
 
-def states_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, int]:
-    """Arguments of the split backward's states kernel as ``triton_bwd.launch`` passes them."""
+def states_values(
+    batch: int, dim: int, L: int, N: int, dt: str, adj: bool = False
+) -> tuple[dict, int]:
+    """Arguments of the split backward's states kernel as ``triton_bwd.launch`` passes them
+    (``adj``: the lane kernel with the segments' local pass, ``ADJ``)."""
     NP = triton_common.pad_states(N)
     kl, tpl = triton_fwd.lane_geometry(NP)
     lane = triton_fwd.FWD_VARIANT == "lane"
@@ -192,6 +195,14 @@ def states_values(batch: int, dim: int, L: int, N: int, dt: str) -> tuple[dict, 
         BLOCK_D=block_d,
         HAS_BIAS=True,
         TT=triton_bwd_split.SPLIT_TT,
+        dout=f"*{dt}" if adj else None,
+        z=f"*{dt}" if adj else None,
+        Ct="*fp32" if adj else None,
+        seg_loc="*fp32" if adj else None,
+        seg_dt="*fp32" if adj else None,
+        SEG=4,
+        HAS_Z=adj,
+        ADJ=adj,
     )
     return v, warps
 
@@ -338,21 +349,25 @@ def bwd_main(a) -> None:
                 for name, body in zip(("rev", "chunk"), loops(instrs)):
                     print(f"  {name} per step ({tt} steps/iter): {fmt(count(body), tt)}")
                 if var in ("split", "lane"):  # the chunk pass is its own kernel
-                    sv, sw = states_values(*shape, DTYPES[dt])
-                    meta, sass = sass_of(
-                        triton_bwd._selective_scan_bwd_lane_states_kernel
-                        if triton_fwd.FWD_VARIANT == "lane"
-                        else triton_bwd_split._selective_scan_bwd_states_kernel,
-                        sv,
-                        sw,
-                        a.dump,
-                        tag + "-states",
-                    )
-                    body = main_loop(parse(sass))
-                    print(
-                        f"  states kernel: BLOCK_D={sv['BLOCK_D']} warps={sw} regs={meta['regs']} "
-                        f"stack={meta['stack']}; per step: {fmt(count(body), sv['TT'])}"
-                    )
+                    lane = triton_fwd.FWD_VARIANT == "lane"
+                    # the lane one also with the segments' local pass (ADJ)
+                    for adj in (False, True) if lane else (False,):
+                        sv, sw = states_values(*shape, DTYPES[dt], adj)
+                        meta, sass = sass_of(
+                            triton_bwd._selective_scan_bwd_lane_states_kernel
+                            if lane
+                            else triton_bwd_split._selective_scan_bwd_states_kernel,
+                            sv,
+                            sw,
+                            a.dump,
+                            tag + ("-states-adj" if adj else "-states"),
+                        )
+                        body = main_loop(parse(sass))
+                        print(
+                            f"  states kernel{' ADJ' if adj else ''}: BLOCK_D={sv['BLOCK_D']} "
+                            f"warps={sw} regs={meta['regs']} stack={meta['stack']}; per step: "
+                            f"{fmt(count(body), sv['TT'])}"
+                        )
     triton_bwd.BWD_VARIANT = old
 
 

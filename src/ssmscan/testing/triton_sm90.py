@@ -21,8 +21,9 @@ def compile_sm90(
 ) -> Any:
     """``triton.compile`` of ``kernel`` for sm_90 with one value per parameter (extra keys are
     ignored): a str is a pointer of that Triton type ("*fp32"), 16-byte aligned unless its name
-    is in ``unaligned``; a bool, or any value of a constexpr parameter, a constexpr; an int equal
-    to 1 the constant Triton makes of it; other ints i32, marked divisible by 16 when they are.
+    is in ``unaligned``; None (an absent tensor), a bool, or any value of a constexpr parameter,
+    a constexpr; an int equal to 1 the constant Triton makes of it; other ints i32, marked
+    divisible by 16 when they are.
     A constexpr parameter with a default may be left out (its default, as the JIT does).
     Returns the compiled kernel (``.asm["ttgir"]``, ``["cubin"]``, ``.metadata``)."""
     sig, const, attrs = {}, {}, {}
@@ -37,7 +38,7 @@ def compile_sm90(
             sig[name] = v
             if name not in unaligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(v, bool) or i in kernel.constexprs:
+        elif v is None or isinstance(v, bool) or i in kernel.constexprs:
             sig[name] = "constexpr"
             const[name] = v
         elif v == 1:  # Triton specializes an int equal to 1 as a constant

@@ -2,9 +2,9 @@
 needed) and check the layout of every tensor its ``shfl.sync.idx`` broadcasts read
 (``triton_fwd_lane.lane_layout_problem``), over the specializations the launcher can produce:
 every dtype, each lane geometry (NP 8, 16, 32), L and pointers with and without 16-divisibility,
-the local pass of a split L, grouped B / C; and the split backward's lane states kernel and
-the segments' lane local pass. Run as a script by ``test_triton_fwd_lane.py``, in a
-process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
+the local pass of a split L, grouped B / C; and the split backward's lane states kernel (with
+and without the segments' local pass) and the segments' lane local pass. Run as a script by
+``test_triton_fwd_lane.py``, in a process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
 wrong or if the negative control (NP = 64 in bf16, which the launcher does not send to this
 kernel) passes."""
 
@@ -83,16 +83,18 @@ def compile_lane(
         SPLIT=True,
         A_RAW=True,
         HAS_LAST=True,
+        ADJ=local,  # the states kernel's: ``local`` there is the fused local pass
     )
     # (the other kernels take subsets of the values)
     unaligned = () if aligned else IO
     return compile_sm90(kernel, values, warps, unaligned)
 
 
-# (dtype, NP, L, aligned tensors, LOCAL, G[, the kernel: KERNELS])
+# (dtype, NP, L, aligned tensors, LOCAL (the states kernel: ADJ), G[, the kernel: KERNELS])
 CONFIGS = [
     ("fp32", 16, 2048, True, True, 1, "states"),
     ("bf16", 16, 1000, False, True, 1, "states"),
+    ("bf16", 16, 4096, True, False, 2, "states"),
     ("fp32", 16, 65536, True, True, 1, "local"),
     ("bf16", 16, 4096, True, True, 2, "local"),
     ("fp16", 16, 1000, False, True, 1, "local"),

@@ -287,7 +287,8 @@ SPLIT_CASES = [
 
 class _Applies(list):
     """``applies`` results in order; ``variant``: the BWD_VARIANT the fixture set; ``kernels``:
-    the names of the backward's kernels launched."""
+    the names of the backward's kernels launched (the lane states kernel with the segments'
+    local pass, ``ADJ``, as ``..._states_kernel+local``)."""
 
     variant = "split"
     variant_segments = "segments"
@@ -329,8 +330,17 @@ def split_backward(request, monkeypatch):
     real_launcher = triton_bwd.launcher
 
     def launcher_spy(kernel, *a):
-        seen.kernels.add(kernel.__name__)
-        return real_launcher(kernel, *a)
+        launched = real_launcher(kernel, *a)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def launch(*args, **kw):
+                    seen.kernels.add(kernel.__name__ + ("+local" if kw.get("ADJ") else ""))
+                    return launched[grid](*args, **kw)
+
+                return launch
+
+        return Grid()
 
     monkeypatch.setattr(triton_bwd, "launcher", launcher_spy)
     return seen
@@ -354,37 +364,49 @@ def test_triton_interpreter_split_backward(
 @pytest.mark.triton
 @_INTERP
 def test_triton_interpreter_lane_local_pass(split_backward):
-    """L = 300 (a chunk and a partial one) in segments: the lane local pass and the carry in the
-    (dim, NP) layout run and the gradients match float64 (dlast given: the carry starts from it;
-    two groups of B / C; N = 12, padded to 16). The carry is the lane main kernel's own
-    (``CARRY``) and the split kernel's carry pass; with L kept in one segment neither runs (two
-    chunks there too, so that the split policy, not L, decides)."""
+    """L = 300 (a chunk and a partial one) in segments: the local pass (in the lane states
+    kernel, ``STATES_ADJ``) and the carry in the (dim, NP) layout run and the gradients match
+    float64 (dlast given: the carry starts from it; two groups of B / C; N = 12, padded to 16).
+    The carry is the lane main kernel's own (``CARRY``) and the split kernel's carry pass; with L
+    kept in one segment neither runs (two chunks there too, so that the split policy, not L,
+    decides)."""
     _run_case(1, 16, 300, 12, 2, True, True, True, torch.float32, True)
     assert split_backward == [True]
-    segmented = "_selective_scan_bwd_lane_local_kernel" in split_backward.kernels
+    segmented = "_selective_scan_bwd_lane_states_kernel+local" in split_backward.kernels
     assert segmented == (split_backward.variant_segments == "segments")
+    assert "_selective_scan_bwd_lane_local_kernel" not in split_backward.kernels
     carry_kernel = "_selective_scan_bwd_carry_kernel" in split_backward.kernels
     assert carry_kernel == (segmented and split_backward.variant == "split")
 
 
 @pytest.mark.triton
 @_INTERP
-@pytest.mark.parametrize("fold", [True, False], ids=["fold", "carry-kernel"])
-def test_triton_interpreter_many_segments(fold, monkeypatch):
-    """Nine segments (16-step checkpoint chunks, L = 141: eight whole and a partial one), batch 2:
-    the forward's local pass runs for all but the last segment and each real-pass segment folds
-    up to eight before it, four loads at a time (``fold_segments``, a padded last group); the
-    backward's lane local pass skips segment 0, and its main kernel folds up to eight segments to
-    its right (``CARRY``, no carry kernel) or, beyond ``FOLD_MAX_SEGMENTS``, reads the carry
-    kernel's. Outputs, last state and every gradient match float64, dlast given (the backward's
-    carry starts from it)."""
+@pytest.mark.parametrize(
+    "mode,chunks",
+    [("fold", 1), ("carry-kernel", 1), ("local-kernel", 1), ("fold", 3)],
+    ids=["fold", "carry-kernel", "local-kernel", "fold-3-chunk-segments"],
+)
+def test_triton_interpreter_many_segments(mode, chunks, monkeypatch):
+    """Nine 16-step checkpoint chunks (L = 141: eight whole and a partial one), batch 2, in nine
+    segments (or three of three chunks): the forward's local pass runs for all but the last
+    segment and each real-pass segment folds those before it, four loads at a time
+    (``fold_segments``, a padded last group). The backward's local pass runs in the lane states
+    kernel, one program per segment walking its chunks (``STATES_ADJ``; "local-kernel": its own
+    kernel, which skips segment 0, and the states kernel one program per chunk); its main kernel
+    folds the segments to its right (``CARRY``, no carry kernel) or, beyond
+    ``FOLD_MAX_SEGMENTS``, reads the carry kernel's. Outputs, last state and every gradient match
+    float64, dlast given (the backward's carry starts from it)."""
     from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_common, triton_fwd
 
     for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):  # this one: the check's
         monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
     monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")
-    monkeypatch.setattr(triton_bwd, "FOLD_MAX_SEGMENTS", 9 if fold else 8)
-    assert triton_common.segments(2 * 4 * 1, 9, triton_common.FWD_TARGET_WARPS) == (9, 1)
+    monkeypatch.setattr(triton_bwd, "FOLD_MAX_SEGMENTS", 8 if mode == "carry-kernel" else 9)
+    monkeypatch.setattr(triton_bwd, "STATES_ADJ", mode != "local-kernel")
+    if chunks == 3:  # 4 warps against a target of 12: 3 segments
+        monkeypatch.setattr(triton_common, "FWD_TARGET_WARPS", 12)
+    nseg = 9 // chunks
+    assert triton_common.segments(2 * 2, 9, triton_common.FWD_TARGET_WARPS) == (nseg, chunks)
     grids: dict[str, list] = {}  # kernel name -> the grids of its launches, in order
     for mod in (triton_fwd, triton_bwd):
         real = mod.launcher
@@ -401,11 +423,16 @@ def test_triton_interpreter_many_segments(fold, monkeypatch):
 
         monkeypatch.setattr(mod, "launcher", spy)
     _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
-    assert ("_selective_scan_bwd_carry_kernel" in grids) != fold
-    assert [g[2] for g in grids["_selective_scan_bwd_lane_local_kernel"]] == [8]
-    assert [g[2] for g in grids["_selective_scan_bwd_lane_kernel"]] == [9]
+    assert ("_selective_scan_bwd_carry_kernel" in grids) == (mode == "carry-kernel")
+    if mode == "local-kernel":
+        assert [g[2] for g in grids["_selective_scan_bwd_lane_local_kernel"]] == [8]
+        assert [g[2] for g in grids["_selective_scan_bwd_lane_states_kernel"]] == [9]
+    else:
+        assert "_selective_scan_bwd_lane_local_kernel" not in grids
+        assert [g[2] for g in grids["_selective_scan_bwd_lane_states_kernel"]] == [nseg]
+    assert [g[2] for g in grids["_selective_scan_bwd_lane_kernel"]] == [nseg]
     # the forward's local pass, then its real pass
-    assert [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]][:2] == [8, 9]
+    assert [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]][:2] == [nseg - 1, nseg]
 
 
 @pytest.mark.triton

@@ -750,6 +750,15 @@ LANE_LOCAL = True
 # segments, 0.475 / 0.479 ms bf16 and 0.501 / 0.503 fp32; (1, 1024, 65536, 16), 64 segments,
 # 4.558 / 4.489 bf16 but 4.828 / 4.909 fp32). 0: the carry kernel always.
 FOLD_MAX_SEGMENTS = 16
+# with the lane local pass, the lane states kernel runs it (``ADJ``: a program per segment, the
+# local adjoint summed forward on the states' exponentials) instead of a launch of its own; a
+# module constant so that the benchmark can time both
+STATES_ADJ = True
+# extra launch options of that kernel: 128 registers (bf16 compiles to 164 uncapped, no spills at
+# 128; H200, 2026-12-02, forward+backward under CUDA graphs, capped / uncapped / the local pass's
+# own kernel: (1, 1536, 4096, 16) bf16 0.460 / 0.463 / 0.478 ms, fp32 0.494 / 0.503 / 0.504;
+# (1, 1024, 65536, 16) bf16 4.375 / 4.557 / 4.513, fp32 4.737 / 4.825 / 4.927)
+STATES_OPTIONS: dict[str, int] = {"maxnreg": 128}
 # the dB / dC partial sums (and the transposing copy into the gradients) by one Triton kernel
 # (``_selective_scan_bwd_sum_partials_kernel``) instead of torch.sum + copy per gradient: fewer
 # launches (host time at batch 1) and one pass (H200, 2026-12-01, bf16 per call: 249 vs 276 us
@@ -812,9 +821,9 @@ def plan_knobs() -> tuple:
     forward's blocks and lane tiles); Note [eager launch plans]."""
     bl, bs = triton_bwd_lane, triton_bwd_split
     return (
-        *triton_fwd.plan_knobs(), BWD_VARIANT, LANE_LOCAL, FOLD_MAX_SEGMENTS, FINISH_KERNEL, SUM_UNROLL,
-        SUM_VALUES, CHECKPOINT_LEN, TILE_T, tuple((k, id(v)) for k, v in BWD_VARIANTS.items()),
-        bl.LANE_KL, bl.PREFETCH, bl.PREFETCH_BC, tuple(bl.OPTIONS.items()), bs.SPLIT_NP,
+        *triton_fwd.plan_knobs(), BWD_VARIANT, LANE_LOCAL, FOLD_MAX_SEGMENTS, STATES_ADJ,
+        tuple(STATES_OPTIONS.items()), FINISH_KERNEL, SUM_UNROLL, SUM_VALUES, CHECKPOINT_LEN, TILE_T,
+        tuple((k, id(v)) for k, v in BWD_VARIANTS.items()), bl.LANE_KL, bl.PREFETCH, bl.PREFETCH_BC, tuple(bl.OPTIONS.items()), bs.SPLIT_NP,
         bs.SPLIT_TT, bs.SPLIT_BLOCK_D,
     )  # fmt: skip
 
@@ -989,40 +998,65 @@ def launch(
     need_t = not split or (nseg > 1 and not lane_local)
     dlast_t = states_major(dlast_state) if need_t and dlast_state is not None else None
     seg_adj = None
+    # the split path's tile-start states (the states kernel's output; made with the local pass
+    # when STATES_ADJ, else in the split branch below)
+    tstates: torch.Tensor | None = None
+    ck: torch.Tensor | None = None
+    if split:
+        # the forward's checkpoints as they are ((batch, dim, NCK, N) fp32), padded when N < NP
+        ck = checkpoints.contiguous()
+        if NP != N:
+            ck = torch.nn.functional.pad(ck, (0, NP - N))
     if lane_local:
         # Note [selective scan segments] on the lane tiles, every state buffer (dim, NP)
         seg_loc = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
+        states_adj = STATES_ADJ
         kernel = launcher(
-            triton_bwd_lane._selective_scan_bwd_lane_local_kernel, check_lane_layout(KL)
+            _selective_scan_bwd_lane_states_kernel
+            if states_adj
+            else triton_bwd_lane._selective_scan_bwd_lane_local_kernel,
+            check_lane_layout(KL),
         )
-        try:  # no program for segment 0 (nothing reads its adjoint)
-            kernel[(cdiv(dim, sbd), batch, nseg - 1)](
-                dout_c,
-                delta_c,
-                A2,
-                lane_BC()[1],
-                z_c,
-                bias_c,
-                seg_loc,
-                seg_dt,
-                dim,
-                L,
-                LP,
-                G,
-                NCK - 1,
-                seg,
-                SOFTPLUS=delta_softplus,
-                NP=NP,
-                CK=CHECKPOINT_LEN,
-                BLOCK_D=sbd,
-                KL=KL,
-                TPL=TPL,
-                HAS_Z=z is not None,
-                HAS_BIAS=delta_bias is not None,
-                num_warps=sw,
-            )
+        try:
+            if states_adj:  # the states kernel, a program per segment, does the local pass
+                assert ck is not None  # made above on the split path
+                ts = torch.empty((batch, dim, cdiv(L, TT), NP), dtype=f32, device=dev)
+                kernel[(cdiv(dim, sbd), batch, nseg)](
+                    u_c, delta_c, A2, lane_BC()[0], bias_c, ck, ts, dim, L, LP, G, NCK,
+                    SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN,
+                    HAS_BIAS=delta_bias is not None, BLOCK_D=sbd, KL=KL, TPL=TPL,
+                    dout=dout_c, z=z_c, Ct=lane_BC()[1], seg_loc=seg_loc, seg_dt=seg_dt,
+                    SEG=seg, HAS_Z=z is not None, ADJ=True, num_warps=sw, **STATES_OPTIONS,
+                )  # fmt: skip
+                tstates = ts
+            else:  # no program for segment 0 (nothing reads its adjoint)
+                kernel[(cdiv(dim, sbd), batch, nseg - 1)](
+                    dout_c,
+                    delta_c,
+                    A2,
+                    lane_BC()[1],
+                    z_c,
+                    bias_c,
+                    seg_loc,
+                    seg_dt,
+                    dim,
+                    L,
+                    LP,
+                    G,
+                    NCK - 1,
+                    seg,
+                    SOFTPLUS=delta_softplus,
+                    NP=NP,
+                    CK=CHECKPOINT_LEN,
+                    BLOCK_D=sbd,
+                    KL=KL,
+                    TPL=TPL,
+                    HAS_Z=z is not None,
+                    HAS_BIAS=delta_bias is not None,
+                    num_warps=sw,
+                )
         except LaneLayoutError as e:  # checked before its first launch: nothing written
             triton_fwd.FWD_VARIANT = "tile"
             warnings.warn(f"{e}; using the 2-D forward kernels from now on", stacklevel=2)
@@ -1099,12 +1133,11 @@ def launch(
         if seg_adj is not None and not lane_local:  # the 2-D carry pass's (NP, dim)
             seg_adj_main = seg_adj.transpose(-1, -2).contiguous()
         A2_main = A2
-        # the forward's checkpoints as they are ((batch, dim, NCK, N) fp32), padded when N < NP
-        ck = checkpoints.contiguous()
-        if NP != N:
-            ck = torch.nn.functional.pad(ck, (0, NP - N))
-        # every tile's start state, all chunks at once (Note [selective scan backward split])
-        tstates = torch.empty((batch, dim, cdiv(L, TT), NP), dtype=f32, device=dev)
+        # every tile's start state, all chunks at once (Note [selective scan backward split]),
+        # unless the local pass made them
+        made = tstates is not None
+        if tstates is None:
+            tstates = torch.empty((batch, dim, cdiv(L, TT), NP), dtype=f32, device=dev)
         states_args: list[Any] = [u_c, delta_c, A2_main, None, bias_c, ck, tstates, dim, L, G, NCK]
         states_consts = dict(
             SOFTPLUS=delta_softplus,
@@ -1113,7 +1146,7 @@ def launch(
             HAS_BIAS=delta_bias is not None,
         )
         lane = triton_fwd.FWD_VARIANT == "lane" and KL * TPL == TT
-        if lane:  # the lane forward's tiles (Note [selective scan forward lanes])
+        if lane and not made:  # the lane forward's tiles (Note [selective scan forward lanes])
             sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
             grid = (cdiv(dim, sbd), batch, NCK - 1)
             kernel = launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))
@@ -1121,12 +1154,16 @@ def launch(
             args[3] = lane_BC()[0]  # time-padded
             args.insert(9, LP)
             try:
-                kernel[grid](*args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, num_warps=sw)
+                kernel[grid](
+                    *args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, dout=None, z=None,
+                    Ct=None, seg_loc=None, seg_dt=None, SEG=1, HAS_Z=False, ADJ=False,
+                    num_warps=sw,
+                )  # fmt: skip
             except LaneLayoutError as e:  # checked before its first launch: nothing written
                 triton_fwd.FWD_VARIANT = "tile"
                 warnings.warn(f"{e}; using the 2-D forward kernels from now on", stacklevel=2)
                 lane = False
-        if not lane:
+        if not lane and not made:
             sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP)
             launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
                 (cdiv(dim, sbd), batch, NCK - 1)

@@ -457,6 +457,70 @@ def check_lane_layout(KL: int) -> Any:
 
 
 @triton.jit
+def _states_adj_tile_lane(
+    h,
+    P,
+    g,
+    ins,
+    b_do,
+    b_A2,
+    b_bias,
+    m_d,
+    o_k,
+    o_j,
+    t0,
+    t_end,
+    dt_sum,
+    SOFTPLUS: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """The states kernel's tile with the segments' local adjoint (``ADJ``): the TT steps from t0
+    of h <- a_t h + dt_t u_t B_t and, on the same a_t = exp2(dt_t A2), P <- a_t P (the decay
+    from the segment's first step through t) and g <- g + P C_t dy_t (Note [selective scan
+    segments]: the local pass's a_{t_beg} g_{t_beg} from zero, summed forward). Returns (h, P,
+    g, dt_sum)."""
+    TT: tl.constexpr = KL * TPL
+    b_u, b_dt, b_z, Bs, Cs = ins
+    b_u = b_u.to(tl.float32)
+    b_dt = b_dt.to(tl.float32)
+    m = m_d[:, None, None] & (t0 + o_j < t_end)
+    if HAS_BIAS:
+        b_dt += b_bias[:, None, None]
+    if SOFTPLUS:
+        b_dt = _softplus(b_dt)
+    b_dt = tl.where(m, b_dt, 0.0)  # steps past the segment: decay 1, no input
+    dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
+    b_du = b_dt * b_u
+    b_dy = b_do.to(tl.float32)
+    if HAS_Z:
+        b_z = b_z.to(tl.float32)
+        b_dy = b_dy * b_z * _sigmoid(b_z)
+    b_dy = tl.where(m, b_dy, 0.0)
+    for j in tl.static_range(TT):
+        b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        a = tl.exp2(b_dtj * b_A2)
+        h = a * h + b_duj * Bs[j]
+        P = P * a
+        g += P * (Cs[j] * b_dyj)
+    return h, P, g, dt_sum
+
+
+@triton.jit
+def _tile_load(x, row, m_d, t0, t_end, KL: tl.constexpr, TPL: tl.constexpr):
+    """x's TT = KL * TPL steps from t0 as loaded, (BLOCK_D, KL, TPL) (0 past t_end)."""
+    TT: tl.constexpr = KL * TPL
+    o_tt = t0 + tl.arange(0, TT)
+    m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+    p = row[:, None] + o_tt[None, :]
+    return tl.reshape(tl.load(x + p, mask=m2, other=0.0), (row.shape[0], KL, TPL))
+
+
+@triton.jit
 def _selective_scan_bwd_lane_states_kernel(
     u,  # (batch, dim, L)
     delta,  # (batch, dim, L)
@@ -477,16 +541,27 @@ def _selective_scan_bwd_lane_states_kernel(
     KL: tl.constexpr,
     TPL: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    # ADJ: one program per segment of SEG chunks, which also runs the backward's local adjoint
+    # pass (Note [selective scan segments]) on the same exponentials; without, these are None
+    dout,  # (batch, dim, L) gradient of out
+    z,  # (batch, dim, L) or None
+    Ct,  # (batch, G, LP, NP) fp32, time-padded
+    seg_loc,  # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of each segment from zero
+    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over each segment
+    SEG,  # chunks per segment
+    HAS_Z: tl.constexpr,
+    ADJ: tl.constexpr,
 ):
     """The split backward's states kernel (Note [selective scan backward split] in
-    ``triton_bwd_split``) on the lane forward's tiles (LOCAL: no outputs): one program per
-    (channel block, batch, chunk) walks the chunk from its checkpoint and writes the state before
-    each of its tiles."""
+    ``triton_bwd_split``) on the lane forward's tiles: one program per (channel block, batch,
+    chunk) walks the chunk from its checkpoint and writes the state before each of its tiles.
+    With ``ADJ`` a program walks a segment of SEG chunks from its first checkpoint and also
+    gives the segment's local adjoint and dt sum (what ``_selective_scan_bwd_lane_local_kernel``
+    gives, summed forward: one exp2 per (d, n, t) for both)."""
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
-    c = tl.program_id(2)
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     m_dn = m_d[:, None]
@@ -494,46 +569,71 @@ def _selective_scan_bwd_lane_states_kernel(
     o_n = tl.arange(0, NP)
     o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]
     S3: tl.constexpr = (BLOCK_D, KL, SPT)
-    b_A2 = tl.reshape(tl.load(A2 + o_d[:, None] * NP + o_n[None, :], mask=m_dn, other=0.0), S3)
+    o_dn = o_d[:, None] * NP + o_n[None, :]
+    b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
     b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
     row = (i_b * dim + o_d.to(tl.int64)) * L
     grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
     p_B = Bt + (i_b * G + grp) * LP * NP + o_n
+    if ADJ:
+        c = tl.program_id(2) * SEG
+        t_end = tl.minimum(tl.minimum(c + SEG, NCK - 1) * CK, L)
+        p_C = Ct + (i_b * G + grp) * LP * NP + o_n
+    else:
+        c = tl.program_id(2)
+        t_end = tl.minimum(c * CK + CK, L)
+        p_C = p_B
     ch = (i_b * dim + o_d.to(tl.int64))[:, None]
     p_h = ckpt + ch * (NCK * NP) + c * NP + o_n[None, :]
     h = tl.reshape(tl.load(p_h, mask=m_dn, other=0.0), S3)
     p_ts = tstates + ch * (tl.cdiv(L, TT) * NP) + o_n[None, :]
-    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # unused (the tile's LOCAL output)
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # ADJ's output (unused without)
+    P = tl.full(S3, 1.0, tl.float32)
+    g = tl.zeros(S3, dtype=tl.float32)
     t_beg = c * CK
-    t_end = tl.minimum(t_beg + CK, L)
-    nxt = _lane_loads(u, delta, u, p_B, p_B, row, m_d, t_beg, t_end, NP, KL, TPL, False, True)
+    nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, not ADJ)
+    nxt_do = _tile_load(dout, row, m_d, t_beg, t_end, KL, TPL) if ADJ else None
     for t0 in range(t_beg, t_end, TT):
         t0 = tl.multiple_of(t0, TT)
         tl.store(p_ts + (t0 // TT) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
         ins = nxt
-        nxt = _lane_loads(u, delta, u, p_B, p_B, row, m_d, t0 + TT, t_end, NP, KL, TPL, False, True)
-        h, dt_sum = _fwd_tile_lane(
-            h,
-            ins,
-            b_A2,
-            u,  # out: not written (LOCAL)
-            b_bias,
-            None,
-            row,
-            m_d,
-            o_k,
-            o_j,
-            t0,
-            t_end,
-            dt_sum,
-            SOFTPLUS,
-            KL,
-            TPL,
-            False,
-            False,
-            HAS_BIAS,
-            True,
+        nxt = _lane_loads(
+            u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, not ADJ
         )
+        if ADJ:
+            b_do = nxt_do
+            nxt_do = _tile_load(dout, row, m_d, t0 + TT, t_end, KL, TPL)
+            h, P, g, dt_sum = _states_adj_tile_lane(
+                h, P, g, ins, b_do, b_A2, b_bias, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS, KL,
+                TPL, HAS_Z, HAS_BIAS,
+            )  # fmt: skip
+        else:
+            h, dt_sum = _fwd_tile_lane(
+                h,
+                ins,
+                b_A2,
+                u,  # out: not written (LOCAL)
+                b_bias,
+                None,
+                row,
+                m_d,
+                o_k,
+                o_j,
+                t0,
+                t_end,
+                dt_sum,
+                SOFTPLUS,
+                KL,
+                TPL,
+                False,
+                False,
+                HAS_BIAS,
+                True,
+            )
+    if ADJ:
+        i_bs = i_b * tl.num_programs(2) + tl.program_id(2)
+        tl.store(seg_loc + i_bs * (NP * dim) + o_dn, tl.reshape(g, (BLOCK_D, NP)), mask=m_dn)
+        tl.store(seg_dt + i_bs * dim + o_d, dt_sum, mask=m_d)
 
 
 # LP is rounded up to a multiple of this (16: Triton then knows LP's divisibility; a module
