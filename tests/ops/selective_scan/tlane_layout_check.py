@@ -45,7 +45,7 @@ def main() -> int:
             delta_bias="*fp32", init="*fp32", out=io, ckpt="*fp32", last="*fp32", dim=1536,
             L=L, LP=triton_fwd_tlane.tile_steps(L), G=G, NCK=num_checkpoints(L),
             SOFTPLUS=opt, NP=16, CK=CHECKPOINT_LEN, HAS_D=opt, HAS_Z=opt, HAS_BIAS=opt,
-            HAS_INIT=not opt, A_RAW=dt != "fp32",
+            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt,
         )  # fmt: skip
         unaligned = () if aligned else ("u", "delta", "z", "out")
         k = compile_sm90(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, vals, 1, unaligned)

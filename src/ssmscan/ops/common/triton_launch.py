@@ -30,6 +30,16 @@ out the launchers still take 100-160 us forward and 320-540 us backward) and the
 dispatch; mamba-ssm's C++ calls take 15-30 / 60-140 us. So batch-1 eager calls stay host-bound
 (GPU time 0.17 ms forward, 0.73-0.76 ms forward+backward at (1, 1536, 4096, 16)); CUDA graphs
 (``torch.compile(mode="reduce-overhead")``) remove it.
+
+Note [kernel sources under Inductor]: a traced launch is compiled by Inductor, which writes the
+kernel's source and that of every ``@triton.jit`` function it calls into the compiled graph's
+wrapper module inside a plain (not raw) triple-quoted string, compiled later from that string.
+So a backslash escape in our kernel sources is interpreted on the way: the inline PTX
+``"...;\n\tmov..."`` of the L1 prefetch became a line break inside a string literal, and every
+``torch.compile`` of a training step on the lane backward's path failed with "SyntaxError:
+unterminated string literal" (torch 2.11, H200, 2026-12-02). The kernels' sources hold no
+backslashes (inline PTX on one line, ``;``-separated); ``tests/ops/common/test_kernel_sources.py``
+checks every kernel's sources as Inductor collects them, round trip included.
 """
 
 from __future__ import annotations

@@ -83,6 +83,7 @@ from ssmscan.ops.selective_scan.triton_common import (
     _sigmoid,
     _softplus,
     _tile_inputs,
+    _tile_offsets,
     as_f32,
     block_channels,
     num_groups,
@@ -334,8 +335,9 @@ def _selective_scan_bwd_tile_kernel(
             k = n_tiles - 1 - kk
             t0 = t_beg + 4 * k
             hs = tl.load(p_sc + k * SZ, mask=m_d2, other=0.0)
-            m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
-                u, delta, dout, z, row, m_d, o_t, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+            m, p = _tile_offsets(row, m_d, o_t, t0, L)
+            b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
+                u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
             )
             b_dtu = b_dt * b_u
             dt0 = _col(b_dt, o_t, 0)

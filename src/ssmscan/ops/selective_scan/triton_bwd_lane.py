@@ -45,19 +45,30 @@ prefetched; only ``shfl.sync.idx`` broadcasts, checked like the forward's).
 Note [traced kernels' inline asm]
 ---------------------------------
 Under ``torch.compile`` / export a launch is a ``wrap_triton`` node, and torch works out which
-arguments the kernel writes from its TTIR (``identify_mutated_tensors``). An inline asm it
-cannot prove free of side effects (``is_pure=False``: the L1 prefetch, which must not be
-optimized away) stops that analysis, and torch then takes *every* argument as written: AOT
-autograd copies the "results" back into the inputs, and where an input is a leaf that requires
-grad the compile fails ("a leaf Variable that requires grad is being used in an in-place
-operation": H200, torch 2.11, 2026-12-02, ``ssmscan.selective_scan`` on leaves under
+arguments the kernel writes from its TTIR (``identify_mutated_tensors``). Where it takes an input
+as written, AOT autograd copies the "result" back into that input, and where the input is a leaf
+that requires grad the compile fails ("a leaf Variable that requires grad is being used in an
+in-place operation": H200, torch 2.11, 2026-12-02, ``ssmscan.selective_scan`` on leaves under
 ``torch.compile(mode="reduce-overhead")``; where the inputs do not require grad the compile
-passes, with those copies presumably in its graph). So a traced launch of the main kernel goes without
-the prefetch (``prefetch_bc``; the kernel without it was checked against float64 on the H200 in
-the seventh session) and every other kernel keeps its inline asm pure (shuffles, ``rcp``).
-``lane_layout_check.py`` (a CPU test) compiles the traced configurations for sm_90 and fails on
-a non-pure inline asm in their TTIR. The time-lane forward (``triton_fwd_tlane``, off by
-default) still prefetches when traced.
+passes, with those copies presumably in its graph). Two things made it do so:
+
+* an inline asm it cannot prove free of side effects (``is_pure=False``: the L1 prefetch, which
+  must not be optimized away) stops the analysis, and torch then takes *every* argument as
+  written. So a traced launch of this main kernel (``prefetch_bc``; the kernel without the
+  prefetch was checked against float64 on the H200 in the seventh session) and of the time-lane
+  forward (``PREFETCH_L1``) goes without it, and every other inline asm is pure (shuffles,
+  ``rcp``);
+* torch takes a value that a (not yet inlined) ``tt.call`` returns as derived from every argument
+  of the call: the tile and split backward kernels stored their gradients at offsets that
+  ``_tile_inputs`` returned beside its loads of u / delta / dout / z, so those four counted as
+  written (the failure above: L = 300 takes the tile backward). The offsets now come from
+  ``_tile_offsets``, which takes no pointers.
+
+``tests/ops/selective_scan/mutation_check.py`` (a CPU test) records every launch of a training
+step over the kernel variants (and linear_scan's, selective_state_update's) and runs torch's own
+analysis on their sm_90 TTIR: no op input may be among the written arguments; its negative
+control, the eager prefetch, must be. ``lane_layout_check.py`` also fails on a non-pure inline
+asm in the traced configurations' TTIR.
 """
 
 from __future__ import annotations

@@ -76,7 +76,12 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import next_pow2
-from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _tile_inputs
+from ssmscan.ops.selective_scan.triton_common import (
+    _bfly,
+    _sigmoid,
+    _tile_inputs,
+    _tile_offsets,
+)
 from ssmscan.ops.selective_scan.triton_fwd import _col, _fwd_tile
 
 SPLIT_NP = 16  # the only state count the kernel takes (``_rs8``)
@@ -278,8 +283,9 @@ def _selective_scan_bwd_split_kernel(
         k = k_end - 1 - kk
         t0 = k * TT
         hs = tl.load(p_ts + k * NP, mask=m_d2, other=0.0)
-        m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
-            u, delta, dout, z, row, m_d, o_t, t0, L, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+        m, p = _tile_offsets(row, m_d, o_t, t0, L)
+        b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
+            u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
         )
         b_dtu = b_dt * b_u
         Bs = ()

@@ -87,8 +87,10 @@ _PTX = tl.constexpr(not triton.knobs.runtime.interpret)
 def _prefetch_l1(p):
     """``prefetch.global.L1`` of the line at each pointer of ``p`` (GPU only: a hint, nothing
     loaded into registers; the lane backward's and time-lane forward's next-tile B / C)."""
+    # one line, no backslash escapes (Note [kernel sources under Inductor] in
+    # ``ssmscan.ops.common.triton_launch``)
     tl.inline_asm_elementwise(
-        "prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;",
+        "prefetch.global.L1 [$1]; mov.u32 $0, 0;",
         "=r,l",
         [p],
         dtype=tl.int32,
@@ -168,28 +170,36 @@ def _sigmoid(x):
 
 
 @triton.jit
+def _tile_offsets(row, m_d, o_t, t0, L):
+    """(mask, offsets) of the (BLOCK_D, TT) tile of steps t0 .. t0 + TT - 1 that
+    ``_tile_inputs`` loads and the caller stores its gradients at. Computed apart from the loads
+    (a function taking no pointers): torch's mutation analysis of a traced launch takes a value a
+    call returns as derived from every argument of the call, so offsets returned beside loads of
+    u / delta / dout / z made every store at them a write to those inputs (Note [traced kernels'
+    inline asm] in ``triton_bwd_lane``)."""
+    o_tt = t0 + o_t
+    m = m_d[:, None] & (o_tt < L)[None, :]
+    p = row[:, None] + o_tt[None, :]
+    return m, p
+
+
+@triton.jit
 def _tile_inputs(
     u,
     delta,
     dout,
     z,
-    row,
-    m_d,
-    o_t,
-    t0,
-    L,
+    m,
+    p,
     b_bias,
     SOFTPLUS: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
 ):
-    """(BLOCK_D, TT) tiles of steps t0 .. t0 + TT - 1, each thread one row of TT contiguous steps
-    (Note [selective scan backward tiles] in ``triton_bwd``; the split kernel's
-    [1, 2] x [8, 4] layout instead spreads a row over 4 threads): (mask, offsets, u, x = delta + bias, dt, dout, z,
-    sigmoid(z), dy)."""
-    o_tt = t0 + o_t
-    m = m_d[:, None] & (o_tt < L)[None, :]
-    p = row[:, None] + o_tt[None, :]
+    """The (BLOCK_D, TT) tiles at ``_tile_offsets`` (mask m, offsets p), each thread one row of
+    TT contiguous steps (Note [selective scan backward tiles] in ``triton_bwd``; the split
+    kernel's [1, 2] x [8, 4] layout instead spreads a row over 4 threads): (u, x = delta + bias,
+    dt, dout, z, sigmoid(z), dy)."""
     b_u = tl.load(u + p, mask=m, other=0.0).to(tl.float32)
     b_x = tl.load(delta + p, mask=m, other=0.0).to(tl.float32)
     if HAS_BIAS:
@@ -208,7 +218,7 @@ def _tile_inputs(
         b_z = b_do
         sig_z = b_do
         b_dy = b_do
-    return m, p, b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
+    return b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
 
 
 # Warps (batch x channel blocks x segments) the launchers aim for when they split L: 132

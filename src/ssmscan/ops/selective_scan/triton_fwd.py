@@ -48,6 +48,7 @@ import warnings
 import torch
 import triton
 import triton.language as tl
+from torch._library.triton import is_wrap_triton_enabled
 
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.launch_plan import planned
@@ -431,7 +432,7 @@ def _launch_tlane(
         last_state, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
         CK=CHECKPOINT_LEN, HAS_D=D is not None, HAS_Z=z is not None,
         HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None, A_RAW=a_raw,
-        num_warps=1,
+        PREFETCH_L1=not is_wrap_triton_enabled(), num_warps=1,
     )  # fmt: skip
 
 

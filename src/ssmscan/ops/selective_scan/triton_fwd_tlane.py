@@ -178,6 +178,9 @@ def _selective_scan_fwd_tlane_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_INIT: tl.constexpr,
     A_RAW: tl.constexpr,  # A2 is A: scaled by log2(e) here
+    # the next tile's B / C rows into L1; eager launches only (a non-pure inline asm: Note
+    # [traced kernels' inline asm] in ``triton_bwd_lane``)
+    PREFETCH_L1: tl.constexpr,
 ):
     tl.static_assert(NP == 16)
     TL: tl.constexpr = 8
@@ -224,7 +227,8 @@ def _selective_scan_fwd_tlane_kernel(
             tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (TL, NP)), mask=row0)
         b_u, b_x, b_z = nxt
         nxt = _tlane_loads(u, delta, z, row, t0 + TILE, L, o_t, TL, KL, TPL, HAS_Z)
-        _prefetch_tile_l1(Bt, Ct, bc + (t0 + TILE) * NP, o_lane)
+        if PREFETCH_L1:
+            _prefetch_tile_l1(Bt, Ct, bc + (t0 + TILE) * NP, o_lane)
         # 1. dt, dt * u once per element; decays and inputs per step; each time lane's map
         b_u = b_u.to(tl.float32)
         b_dt = b_x.to(tl.float32) + b_bias
