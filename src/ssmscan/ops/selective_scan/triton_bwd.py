@@ -621,7 +621,8 @@ def _sum_rows(lin, nprog, rows, p, out, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _selective_scan_bwd_sum_partials_kernel(
-    part,  # (2, G * NBG, batch, L, NP) fp32: the per-block dB partials, then the dC ones
+    partB,  # (G * NBG, batch, L, NP) fp32: the per-block dB partials
+    partC,  # (G * NBG, batch, L, NP) fp32: the per-block dC partials
     dB,  # (batch, G, N, L) out, B's dtype
     dC,  # (batch, G, N, L) out, C's dtype
     NBG,  # channel blocks per group
@@ -688,13 +689,11 @@ def _selective_scan_bwd_sum_partials_kernel(
     o_n = tl.arange(0, NP)
     m = (o_l < L)[:, None]
     stride = (b * 0 + batch) * L * NP  # one block's partial, int64 (batch may be a constexpr 1)
-    p = (
-        part
-        + (which * G + g).to(tl.int64) * NBG * stride
-        + b * L * NP
-        + o_l[:, None] * NP
-        + o_n[None, :]
-    )
+    if which == 0:
+        part = partB
+    else:
+        part = partC
+    p = part + g.to(tl.int64) * NBG * stride + b * L * NP + o_l[:, None] * NP + o_n[None, :]
     acc = tl.zeros((BLOCK_L, NP), dtype=tl.float32)
     nxt = _sum_partials_group(p, 0, stride, m, NBG, U)
     for j0 in range(U, NBG + U, U):
@@ -1204,8 +1203,11 @@ def launch(
         kernel = BWD_VARIANTS["tile_rs" if BWD_VARIANT in ("split", "lane") else BWD_VARIANT]
         extra = variant_constexprs(kernel, u.is_cuda, block_d, warps)
     dAp = torch.empty((batch, nseg, *state_shape), dtype=f32, device=dev)
-    dBCp = torch.empty((2, nblk, batch, L, NP), dtype=f32, device=dev)  # dB's, dC's partials
-    dBp, dCp = dBCp.unbind(0)
+    # dB's and dC's partials, two allocations: views of one buffer written by the main kernel
+    # cost two copies of each under torch.compile (functionalization scatters them back into the
+    # base: 145 us of a 460-us batch-1 bf16 step, H200, 2026-12-02)
+    dBp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
+    dCp = torch.empty((nblk, batch, L, NP), dtype=f32, device=dev)
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
@@ -1280,7 +1282,8 @@ def launch(
         # 4 partial values per thread and load (one 16-byte load), SUM_UNROLL loads a group
         block_l = max(1, SUM_VALUES // NP)
         launcher(_selective_scan_bwd_sum_partials_kernel)[(cdiv(L, block_l) * batch * G, 5)](
-            dBCp,
+            dBp,
+            dCp,
             dB,
             dC,
             nblk // G,
