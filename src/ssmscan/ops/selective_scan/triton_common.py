@@ -64,6 +64,16 @@ folds (the forward's real pass, and the lane backward's main kernel up to
 ``triton_fwd_lane.fold_segments``, four segments' loads at a time (H200, 2026-12-02, under CUDA
 graphs: (1, 1536, 4096, 16) bf16 forward+backward 0.482 -> 0.475 ms, (1, 1024, 65536, 16) bf16
 forward 1.082 -> 1.066; ``benchmarks/RESULTS.md``).
+
+The lane backward's local pass runs inside the states kernel
+(``triton_fwd_lane._selective_scan_bwd_lane_states_kernel`` with ``ADJ``, ``triton_bwd.STATES_ADJ``):
+one program per segment walks its chunks forward from the first checkpoint, writing the
+tile-start states as before, and on the same a_t = exp2(dt_t A2) also keeps P = a_{t_beg} ...
+a_t and sums g += P C_t dy_t, which is the local pass's a_{t_beg} g_{t_beg} from zero summed
+forward instead of backward: one exp2 per (d, n, t) for both passes instead of two, and one
+launch fewer (H200, 2026-12-02, forward+backward under CUDA graphs: (1, 1536, 4096, 16) bf16
+0.478 -> 0.460 ms, (1, 1024, 65536, 16) bf16 4.513 -> 4.375; sm_90 SASS, bf16: 53 instructions
+per step against the states kernel's 31 alone, capped at 128 registers from 164, no spills).
 """
 
 from __future__ import annotations
