@@ -11,14 +11,11 @@ inside), and a ``torch.profiler`` table of the device time per step by kernel / 
 
 from __future__ import annotations
 
-import argparse
 import time
 
-import bench_gpu
 import torch
 import triton
-
-import ssmscan
+from compiled_step import fwd, training_case
 
 
 def enqueue_us(step, rounds: int = 5, n: int = 20) -> float:
@@ -34,13 +31,7 @@ def enqueue_us(step, rounds: int = 5, n: int = 20) -> float:
 
 
 def main():
-    _, kw, dout = bench_gpu.host_case(argparse.ArgumentParser())
-    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
-    leaves = [kw[k].clone().requires_grad_() for k in names]
-
-    def fwd(u, delta, A, B, C, D, z, delta_bias):
-        return ssmscan.selective_scan(u, delta, A, B, C, D, z, delta_bias, True)
-
+    _, leaves, dout = training_case()
     steps = {"eager": lambda: torch.autograd.grad(fwd(*leaves), leaves, dout)}
     for mode in ("default", "reduce-overhead"):
         torch._dynamo.reset()

@@ -20,14 +20,21 @@ from api_host_split import _Mamba
 import ssmscan
 
 
-def main():
+def fwd(u, delta, A, B, C, D, z, delta_bias):
+    """The public API's forward in the real configuration (softplus on)."""
+    return ssmscan.selective_scan(u, delta, A, B, C, D, z, delta_bias, True)
+
+
+def training_case():
+    """The command line's case (``bench_gpu.host_case``): (args, its eight inputs as leaves that
+    require grad, dout)."""
     a, kw, dout = bench_gpu.host_case(argparse.ArgumentParser())
     names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
-    leaves = [kw[k].clone().requires_grad_() for k in names]
+    return a, [kw[k].clone().requires_grad_() for k in names], dout
 
-    def fwd(u, delta, A, B, C, D, z, delta_bias):
-        return ssmscan.selective_scan(u, delta, A, B, C, D, z, delta_bias, True)
 
+def main():
+    a, leaves, dout = training_case()
     t0 = time.perf_counter()
     compiled = torch.compile(fwd, mode="reduce-overhead", fullgraph=True)
 
