@@ -27,8 +27,8 @@ def main() -> None:
     for (dbt, dct), opt in itertools.product(
         (("*bf16", "*fp32"), ("*fp32", "*fp32")), (True, False)
     ):
-        vals = dict(part="*fp32", dB=dbt, dC=dct, NBG=128, batch=8, L=2048, G=1, rows=8,
-                    dAp="*fp32", dA="*fp32", dDp="*fp32", dD="*fp32", dbp="*fp32", dbias="*fp32",
+        vals = dict(partB="*fp32", partC="*fp32", dB=dbt, dC=dct, NBG=128, batch=8, L=2048,
+                    G=1, rows=8, dAp="*fp32", dA="*fp32", dDp="*fp32", dD="*fp32", dbp="*fp32", dbias="*fp32",
                     n_A=65536, dim=4096, N=16, NP=16, BLOCK_L=32, U=8, HAS_A=opt, HAS_D=opt,
                     HAS_BIAS=opt)  # fmt: skip
         compile_sm90(triton_bwd._selective_scan_bwd_sum_partials_kernel, vals, 4)
