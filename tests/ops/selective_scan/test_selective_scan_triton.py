@@ -478,6 +478,49 @@ def test_triton_interpreter_lane_main_fallback_carries(monkeypatch):
 
 @pytest.mark.triton
 @_INTERP
+def test_triton_interpreter_fused_states_fallback(monkeypatch):
+    """The states kernel with the segments' local pass (``STATES_ADJ``) failing its layout check
+    (raised before its launch): a warning, the 2-D forward kernels from then on, and this
+    backward runs the 2-D local pass and the 2-D states kernel instead (the tile-start states
+    are made again, not taken from the failed launch); every gradient matches float64 (nine
+    segments, as ``test_triton_interpreter_many_segments``)."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")  # restored after the fallback
+    launched: list[str] = []
+    real = triton_bwd.launcher
+
+    def spy(kernel, *a):
+        launched.append(kernel.__name__)
+        if kernel.__name__ == "_selective_scan_bwd_lane_states_kernel":
+
+            class Failing:
+                def __getitem__(self, grid):
+                    def launch(*args, **kw):
+                        assert kw["ADJ"]
+                        raise LaneLayoutError("laid out differently")
+
+                    return launch
+
+            return Failing()
+        return real(kernel, *a)
+
+    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    with pytest.warns(UserWarning, match="using the 2-D forward kernels from now on"):
+        _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
+    assert triton_fwd.FWD_VARIANT == "tile"
+    i = launched.index("_selective_scan_bwd_lane_states_kernel")
+    assert launched[i + 1] == "_selective_scan_bwd_local_kernel", launched
+    assert "_selective_scan_bwd_states_kernel" in launched[i:], launched
+    assert launched.count("_selective_scan_bwd_lane_states_kernel") == 1, launched
+
+
+@pytest.mark.triton
+@_INTERP
 @pytest.mark.parametrize(
     "batch,dim,L,N,groups", [(2, 8, 40, 16, None), (1, 16, 41, 12, 2)], ids=["G1-N16", "G2-N12"]
 )

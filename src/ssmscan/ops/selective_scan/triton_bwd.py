@@ -823,9 +823,9 @@ def plan_knobs() -> tuple:
     bl, bs = triton_bwd_lane, triton_bwd_split
     return (
         *triton_fwd.plan_knobs(), BWD_VARIANT, LANE_LOCAL, FOLD_MAX_SEGMENTS, STATES_ADJ,
-        tuple(STATES_OPTIONS.items()), FINISH_KERNEL, SUM_UNROLL, SUM_VALUES, CHECKPOINT_LEN, TILE_T,
-        tuple((k, id(v)) for k, v in BWD_VARIANTS.items()), bl.LANE_KL, bl.PREFETCH, bl.PREFETCH_BC, tuple(bl.OPTIONS.items()), bs.SPLIT_NP,
-        bs.SPLIT_TT, bs.SPLIT_BLOCK_D,
+        tuple(STATES_OPTIONS.items()), FINISH_KERNEL, SUM_UNROLL, SUM_VALUES, CHECKPOINT_LEN,
+        TILE_T, tuple((k, id(v)) for k, v in BWD_VARIANTS.items()), bl.LANE_KL, bl.PREFETCH,
+        bl.PREFETCH_BC, tuple(bl.OPTIONS.items()), bs.SPLIT_NP, bs.SPLIT_TT, bs.SPLIT_BLOCK_D,
     )  # fmt: skip
 
 
@@ -1013,16 +1013,16 @@ def launch(
         seg_loc = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
         sbd, sw = triton_fwd.fwd_block_channels(batch, dim, G, NP, KL)
-        states_adj = STATES_ADJ
         kernel = launcher(
             _selective_scan_bwd_lane_states_kernel
-            if states_adj
+            if STATES_ADJ
             else triton_bwd_lane._selective_scan_bwd_lane_local_kernel,
             check_lane_layout(KL),
         )
         try:
-            if states_adj:  # the states kernel, a program per segment, does the local pass
+            if STATES_ADJ:  # the states kernel, a program per segment, does the local pass
                 assert ck is not None  # made above on the split path
+                # tstates is set once launched: after a layout failure the split branch makes it
                 ts = torch.empty((batch, dim, cdiv(L, TT), NP), dtype=f32, device=dev)
                 kernel[(cdiv(dim, sbd), batch, nseg)](
                     u_c, delta_c, A2, lane_BC()[0], bias_c, ck, ts, dim, L, LP, G, NCK,
