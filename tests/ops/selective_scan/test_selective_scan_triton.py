@@ -435,6 +435,40 @@ def test_triton_interpreter_many_segments(mode, chunks, monkeypatch):
     assert [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]][:2] == [nseg - 1, nseg]
 
 
+def _failing_layout_check(monkeypatch, failing: str) -> list[str]:
+    """Nine-segment setup of the fallback tests (16-step checkpoint chunks, the lane backward)
+    with ``triton_bwd``'s launches recorded by kernel name in the returned list, and ``failing``'s
+    launch raising ``LaneLayoutError`` as its layout check would (before the launch; with the
+    ``ADJ`` states kernel it must be the fused one)."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")  # restored after a fallback
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    launched: list[str] = []
+    real = triton_bwd.launcher
+
+    def spy(kernel, *a):
+        launched.append(kernel.__name__)
+        if kernel.__name__ != failing:
+            return real(kernel, *a)
+
+        class Failing:
+            def __getitem__(self, grid):
+                def launch(*args, **kw):
+                    assert kw.get("ADJ", True)
+                    raise LaneLayoutError("laid out differently")
+
+                return launch
+
+        return Failing()
+
+    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    return launched
+
+
 @pytest.mark.triton
 @_INTERP
 def test_triton_interpreter_lane_main_fallback_carries(monkeypatch):
@@ -442,30 +476,7 @@ def test_triton_interpreter_lane_main_fallback_carries(monkeypatch):
     have folded the carry itself: the split kernel runs instead, from the carry kernel's
     adjoints (made then), with a warning; every gradient still matches float64 (nine segments,
     as ``test_triton_interpreter_many_segments``)."""
-    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
-    from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
-
-    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
-        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
-    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")  # restored after the fallback
-    launched: list[str] = []
-    real = triton_bwd.launcher
-
-    def spy(kernel, *a):
-        launched.append(kernel.__name__)
-        if kernel.__name__ == "_selective_scan_bwd_lane_kernel":
-
-            class Failing:
-                def __getitem__(self, grid):
-                    def launch(*args, **kw):
-                        raise LaneLayoutError("laid out differently")
-
-                    return launch
-
-            return Failing()
-        return real(kernel, *a)
-
-    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    launched = _failing_layout_check(monkeypatch, "_selective_scan_bwd_lane_kernel")
     with pytest.warns(UserWarning, match="using the split backward kernel from now on"):
         _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
     i = launched.index("_selective_scan_bwd_lane_kernel")
@@ -484,32 +495,9 @@ def test_triton_interpreter_fused_states_fallback(monkeypatch):
     backward runs the 2-D local pass and the 2-D states kernel instead (the tile-start states
     are made again, not taken from the failed launch); every gradient matches float64 (nine
     segments, as ``test_triton_interpreter_many_segments``)."""
-    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
-    from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
+    from ssmscan.ops.selective_scan import triton_fwd
 
-    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
-        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
-    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", "lane")
-    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")  # restored after the fallback
-    launched: list[str] = []
-    real = triton_bwd.launcher
-
-    def spy(kernel, *a):
-        launched.append(kernel.__name__)
-        if kernel.__name__ == "_selective_scan_bwd_lane_states_kernel":
-
-            class Failing:
-                def __getitem__(self, grid):
-                    def launch(*args, **kw):
-                        assert kw["ADJ"]
-                        raise LaneLayoutError("laid out differently")
-
-                    return launch
-
-            return Failing()
-        return real(kernel, *a)
-
-    monkeypatch.setattr(triton_bwd, "launcher", spy)
+    launched = _failing_layout_check(monkeypatch, "_selective_scan_bwd_lane_states_kernel")
     with pytest.warns(UserWarning, match="using the 2-D forward kernels from now on"):
         _run_case(2, 16, 141, 16, None, True, True, True, torch.float32, True)
     assert triton_fwd.FWD_VARIANT == "tile"
