@@ -155,7 +155,8 @@ void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, 
     T* y = ddt + K;          /* K */
     T* dsp = y + K;          /* K: d softplus / d x */
     T* g = dsp + K;          /* N: dL/dh carried backwards, already times dA_{t+1} */
-    T* dAacc = g + N;        /* N */
+    T* dAacc = g + N;        /* N: dA of the row's chunks so far */
+    T* dAc = dAacc + N;      /* N: dA of the current chunk */
     for (int64_t row = row_begin; row < row_end; ++row) {
         const int64_t b = row / dim, d = row % dim, gr = d / dpg;
         const T* Ad = A + d * N;
@@ -169,6 +170,10 @@ void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, 
         for (int64_t c = nck - 1; c >= 0; --c) {
             const int64_t t0 = c * K, n_t = (L - t0 < K) ? L - t0 : K;
             const T* h_init = ckpt + (row * (nck + 1) + c) * N;
+            /* the sums over L in two levels, the chunk's then the row's (Note [long sums] in
+             * ops/selective_scan/shapes.py) */
+            T dD_c = 0, dbias_c = 0;
+            memset(dAc, 0, N * sizeof(T));
             const T* uc = u + o + t0;
             const T* Bc = Bt + ((b * G + gr) * L + t0) * N;
             const T* Cc = Ct + ((b * G + gr) * L + t0) * N;
@@ -248,7 +253,7 @@ void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, 
                         const T ghd = gn * hp[n] * ai[n];
                         dCp[n] += dyi * hi[n];
                         dBp[n] += gn * dtu;
-                        dAacc[n] += ghd * dti;
+                        dAc[n] += ghd * dti;
                         pa[n] = ghd * Ad[n];
                         pb[n] = gn * Bp[n];
                         g[n] = gn * ai[n];
@@ -257,7 +262,7 @@ void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, 
                     ddt_acc = SSM_FN(sum16)(pa) + gB * ui;
                     du[o + t0 + i] = dyi * D_d + dti * gB;
                     ddt[i] = ddt_acc;
-                    dD_acc += dyi * ui;
+                    dD_c += dyi * ui;
                     continue;
                 }
 #pragma omp simd reduction(+ : ddt_acc, gB)
@@ -266,29 +271,32 @@ void SSM_FN(ssm_bwd)(const T* dout, const T* dlast, const T* u, const T* delta, 
                     const T ghd = gn * hp[n] * ai[n];
                     dCp[n] += dyi * hi[n];
                     dBp[n] += gn * dtu;
-                    dAacc[n] += ghd * dti;
+                    dAc[n] += ghd * dti;
                     ddt_acc += ghd * Ad[n] + gn * Bp[n] * ui;
                     gB += gn * Bp[n];
                     g[n] = gn * ai[n];
                 }
                 du[o + t0 + i] = dyi * D_d + dti * gB;
                 ddt[i] = ddt_acc;
-                dD_acc += dyi * ui;
+                dD_c += dyi * ui;
             }
             T* ddc = ddelta + o + t0;
             if (softplus) {
-#pragma omp simd reduction(+ : dbias_acc)
+#pragma omp simd reduction(+ : dbias_c)
                 for (int64_t i = 0; i < n_t; ++i) {
                     ddc[i] = ddt[i] * dsp[i];
-                    dbias_acc += ddc[i];
+                    dbias_c += ddc[i];
                 }
             } else {
-#pragma omp simd reduction(+ : dbias_acc)
+#pragma omp simd reduction(+ : dbias_c)
                 for (int64_t i = 0; i < n_t; ++i) {
                     ddc[i] = ddt[i];
-                    dbias_acc += ddc[i];
+                    dbias_c += ddc[i];
                 }
             }
+            for (int64_t n = 0; n < N; ++n) dAacc[n] += dAc[n];
+            dD_acc += dD_c;
+            dbias_acc += dbias_c;
         }
         memcpy(dh0 + row * N, g, N * sizeof(T));
         for (int64_t n = 0; n < N; ++n) dA[d * N + n] += dAacc[n];

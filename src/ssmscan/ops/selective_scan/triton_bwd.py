@@ -296,9 +296,13 @@ def _selective_scan_bwd_tile_kernel(
     if HAS_SEG:  # constexpr: seg_adj is None with one segment
         if i_s < NSEG - 1:
             G_adj = tl.load(seg_adj + i_bs * SZ + o_nd, mask=m_d2, other=0.0)
+    # the sums over L: this chunk's (the _acc), then the segment's (Note [long sums])
     dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dA_tot = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dD_tot = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dbias_tot = tl.zeros((BLOCK_D,), dtype=tl.float32)
 
     c0 = i_s * SEG
     c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
@@ -463,13 +467,20 @@ def _selective_scan_bwd_tile_kernel(
                     b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the HAS_ flag is off
                 b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
                 tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
+        # the chunk's sums into the segment's (Note [long sums])
+        dA_tot += dA_acc
+        dD_tot += dD_acc
+        dbias_tot += dbias_acc
+        dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+        dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_nd, G_adj, mask=m_d2)
-    tl.store(dAp + i_bs * SZ + o_nd, dA_acc, mask=m_d2)
+    tl.store(dAp + i_bs * SZ + o_nd, dA_tot, mask=m_d2)
     if HAS_D:
-        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
+        tl.store(dDp + i_bs * dim + o_d, dD_tot, mask=m_d)
     if HAS_BIAS:
-        tl.store(dbiasp + i_bs * dim + o_d, dbias_acc, mask=m_d)
+        tl.store(dbiasp + i_bs * dim + o_d, dbias_tot, mask=m_d)
 
 
 @triton.jit

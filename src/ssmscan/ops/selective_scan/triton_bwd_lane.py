@@ -304,9 +304,13 @@ def _selective_scan_bwd_lane_kernel(
     elif HAS_SEG:  # constexpr: seg_adj is None with one segment
         if i_s < NSEG - 1:
             G_adj = tl.reshape(tl.load(seg_adj + i_bs * SZ + o_dn, mask=m_dn, other=0.0), S3)
+    # the sums over L: this chunk's (the _acc), then the segment's (Note [long sums])
     dA_acc = tl.zeros(S3, dtype=tl.float32)
     dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dA_tot = tl.zeros(S3, dtype=tl.float32)
+    dD_tot = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db_tot = tl.zeros((BLOCK_D,), dtype=tl.float32)
     o_t = tl.arange(0, TT)
 
     c0 = i_s * SEG
@@ -318,108 +322,120 @@ def _selective_scan_bwd_lane_kernel(
             dout, u, delta, z, p_ts, row, m_dn, tl.maximum(k_end - 1, k_beg), L, NP, KL, TPL,
             HAS_Z,
         )  # fmt: skip
-    for kk in range(0, k_end - k_beg):  # the segment's tiles in reverse
-        k = k_end - 1 - kk
-        t0 = k * TT
-        if PREFETCH_BC:  # the next tile's B_t / C_t rows toward L1
-            _prefetch_bc_l1(Bt, Ct, bc + tl.maximum(k - 1, k_beg) * TT * NP, BLOCK_D, KL, NP)
-        if PREFETCH:
-            cur = nxt
-            # the segment's first tile loads itself again (a valid tile, never used)
-            nxt = _bwd_lane_loads(
-                dout, u, delta, z, p_ts, row, m_dn, tl.maximum(k - 1, k_beg), L, NP, KL, TPL,
-                HAS_Z,
-            )  # fmt: skip
-        else:
-            cur = _bwd_lane_loads(dout, u, delta, z, p_ts, row, m_dn, k, L, NP, KL, TPL, HAS_Z)
-        hs, b_u, b_x, b_do, b_z = cur
-        b_u = b_u.to(tl.float32)
-        b_x = b_x.to(tl.float32)
-        b_do = b_do.to(tl.float32)
-        b_z = b_z.to(tl.float32)
-        o_tt = t0 + o_t
-        m2 = m_dn & (o_tt < L)[None, :]
-        p = row[:, None] + o_tt[None, :]
-        m = tl.reshape(m2, T3)
-        Bs = ()
-        Cs = ()
-        for j in tl.static_range(TT):
-            Bs = Bs + (tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        if HAS_BIAS:
-            b_x += b_bias[:, None, None]  # type: ignore[index]  # None only when the flag is off
-        if SOFTPLUS:
-            b_dt = _softplus(b_x)
-        else:
-            b_dt = b_x
-        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
-        if HAS_Z:
-            sig_z = _sigmoid(b_z)
-            b_dy = b_do * b_z * sig_z
-        else:
-            b_dy = b_do
-        b_dtu = b_dt * b_u
-        # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
-        h = hs
-        h_all = ()
-        a_all = ()
-        dt_all = ()
-        dtu_all = ()
-        dy_all = ()
-        b_y = tl.zeros_like(b_u)
-        for j in tl.static_range(TT):
-            dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            dtu_j = _lane_bcast(_slot(b_dtu, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            a = tl.exp2(dt_j * b_A2)
-            h = a * h + dtu_j * Bs[j]
-            b_y = tl.where(o_j == j, _sum_states(h * Cs[j])[:, None, None], b_y)
-            _store_rs8l(dCp + part + (t0 + j) * NP, h * dy_j, t0 + j < L, EMU)
-            h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            dt_all = dt_all + (dt_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            dtu_all = dtu_all + (dtu_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            dy_all = dy_all + (dy_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
-        b_qA = tl.zeros_like(b_u)
-        b_gB = tl.zeros_like(b_u)
-        for jj in tl.static_range(TT):
-            j = TT - 1 - jj  # (tuples are indexed by the constexpr expression itself)
-            g = G_adj + Cs[TT - 1 - jj] * dy_all[TT - 1 - jj]
-            ga = g * a_all[TT - 1 - jj]
-            if jj == TT - 1:
-                q = ga * hs
+    for cc in range(0, c1 - c0):  # the segment's chunks in reverse, each one's tiles in reverse
+        kc0 = (c1 - 1 - cc) * (CK // TT)
+        kc1 = tl.minimum(kc0 + CK // TT, k_end)
+        for kk in range(0, kc1 - kc0):
+            k = kc1 - 1 - kk
+            t0 = k * TT
+            if PREFETCH_BC:  # the next tile's B_t / C_t rows toward L1
+                _prefetch_bc_l1(Bt, Ct, bc + tl.maximum(k - 1, k_beg) * TT * NP, BLOCK_D, KL, NP)
+            if PREFETCH:
+                cur = nxt
+                # the segment's first tile loads itself again (a valid tile, never used)
+                nxt = _bwd_lane_loads(
+                    dout, u, delta, z, p_ts, row, m_dn, tl.maximum(k - 1, k_beg), L, NP, KL, TPL,
+                    HAS_Z,
+                )  # fmt: skip
             else:
-                q = ga * h_all[TT - 2 - jj]
-            dA_acc += q * dt_all[TT - 1 - jj]
-            b_qA = tl.where(o_j == j, _sum_states(q * b_A2)[:, None, None], b_qA)
-            b_gB = tl.where(o_j == j, _sum_states(g * Bs[TT - 1 - jj])[:, None, None], b_gB)
-            _store_rs8l(dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
-            G_adj = ga
-        b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
-        b_du = b_dt * b_gB
-        if HAS_D:
-            b_du += b_D[:, None, None] * b_dy  # type: ignore[index]  # None only when the flag is off
-            dD_acc += _sum_states(b_dy * b_u)
-        if SOFTPLUS:
-            b_ddt = b_ddt * _sigmoid(b_x)
-        b_ddt = tl.where(m, b_ddt, 0.0)
-        db_acc += _sum_states(b_ddt)
-        tl.store(du + p, tl.reshape(b_du, (BLOCK_D, TT)).to(du.dtype.element_ty), mask=m2)
-        tl.store(ddelta + p, tl.reshape(b_ddt, (BLOCK_D, TT)).to(ddelta.dtype.element_ty), mask=m2)
-        if HAS_Z:
+                cur = _bwd_lane_loads(dout, u, delta, z, p_ts, row, m_dn, k, L, NP, KL, TPL, HAS_Z)
+            hs, b_u, b_x, b_do, b_z = cur
+            b_u = b_u.to(tl.float32)
+            b_x = b_x.to(tl.float32)
+            b_do = b_do.to(tl.float32)
+            b_z = b_z.to(tl.float32)
+            o_tt = t0 + o_t
+            m2 = m_dn & (o_tt < L)[None, :]
+            p = row[:, None] + o_tt[None, :]
+            m = tl.reshape(m2, T3)
+            Bs = ()
+            Cs = ()
+            for j in tl.static_range(TT):
+                Bs = Bs + (tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            if HAS_BIAS:
+                b_x += b_bias[:, None, None]  # type: ignore[index]  # None only when the flag is off
+            if SOFTPLUS:
+                b_dt = _softplus(b_x)
+            else:
+                b_dt = b_x
+            b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+            if HAS_Z:
+                sig_z = _sigmoid(b_z)
+                b_dy = b_do * b_z * sig_z
+            else:
+                b_dy = b_do
+            b_dtu = b_dt * b_u
+            # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
+            h = hs
+            h_all = ()
+            a_all = ()
+            dt_all = ()
+            dtu_all = ()
+            dy_all = ()
+            b_y = tl.zeros_like(b_u)
+            for j in tl.static_range(TT):
+                dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+                dtu_j = _lane_bcast(_slot(b_dtu, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+                dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+                a = tl.exp2(dt_j * b_A2)
+                h = a * h + dtu_j * Bs[j]
+                b_y = tl.where(o_j == j, _sum_states(h * Cs[j])[:, None, None], b_y)
+                _store_rs8l(dCp + part + (t0 + j) * NP, h * dy_j, t0 + j < L, EMU)
+                h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                dt_all = dt_all + (dt_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                dtu_all = dtu_all + (dtu_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                dy_all = dy_all + (dy_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
+            b_qA = tl.zeros_like(b_u)
+            b_gB = tl.zeros_like(b_u)
+            for jj in tl.static_range(TT):
+                j = TT - 1 - jj  # (tuples are indexed by the constexpr expression itself)
+                g = G_adj + Cs[TT - 1 - jj] * dy_all[TT - 1 - jj]
+                ga = g * a_all[TT - 1 - jj]
+                if jj == TT - 1:
+                    q = ga * hs
+                else:
+                    q = ga * h_all[TT - 2 - jj]
+                dA_acc += q * dt_all[TT - 1 - jj]
+                b_qA = tl.where(o_j == j, _sum_states(q * b_A2)[:, None, None], b_qA)
+                b_gB = tl.where(o_j == j, _sum_states(g * Bs[TT - 1 - jj])[:, None, None], b_gB)
+                _store_rs8l(dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
+                G_adj = ga
+            b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
+            b_du = b_dt * b_gB
             if HAS_D:
-                b_y += b_D[:, None, None] * b_u  # type: ignore[index]  # None only when the flag is off
-            b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
-            tl.store(dz + p, tl.reshape(b_dz, (BLOCK_D, TT)).to(dz.dtype.element_ty), mask=m2)
+                b_du += b_D[:, None, None] * b_dy  # type: ignore[index]  # None only when the flag is off
+                dD_acc += _sum_states(b_dy * b_u)
+            if SOFTPLUS:
+                b_ddt = b_ddt * _sigmoid(b_x)
+            b_ddt = tl.where(m, b_ddt, 0.0)
+            db_acc += _sum_states(b_ddt)
+            tl.store(du + p, tl.reshape(b_du, (BLOCK_D, TT)).to(du.dtype.element_ty), mask=m2)
+            tl.store(
+                ddelta + p, tl.reshape(b_ddt, (BLOCK_D, TT)).to(ddelta.dtype.element_ty), mask=m2
+            )
+            if HAS_Z:
+                if HAS_D:
+                    b_y += b_D[:, None, None] * b_u  # type: ignore[index]  # None only when the flag is off
+                b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+                tl.store(dz + p, tl.reshape(b_dz, (BLOCK_D, TT)).to(dz.dtype.element_ty), mask=m2)
+        # the chunk's sums into the segment's (Note [long sums])
+        dA_tot += dA_acc
+        dD_tot += dD_acc
+        db_tot += db_acc
+        dA_acc = tl.zeros(S3, dtype=tl.float32)
+        dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     G2 = tl.reshape(G_adj, (BLOCK_D, NP))
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_dn, G2, mask=m_dn)
-    tl.store(dAp + i_bs * SZ + o_dn, tl.reshape(dA_acc, (BLOCK_D, NP)), mask=m_dn)
+    tl.store(dAp + i_bs * SZ + o_dn, tl.reshape(dA_tot, (BLOCK_D, NP)), mask=m_dn)
     if HAS_D:
-        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
+        tl.store(dDp + i_bs * dim + o_d, dD_tot, mask=m_d)
     if HAS_BIAS:
-        tl.store(dbiasp + i_bs * dim + o_d, db_acc, mask=m_d)
+        tl.store(dbiasp + i_bs * dim + o_d, db_tot, mask=m_d)
 
 
 _BFLY = re.compile(

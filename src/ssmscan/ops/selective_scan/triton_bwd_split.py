@@ -270,91 +270,106 @@ def _selective_scan_bwd_split_kernel(
     if HAS_SEG:  # constexpr: seg_adj is None with one segment
         if i_s < NSEG - 1:
             G_adj = tl.load(seg_adj + i_bs * SZ + o_dn, mask=m_d2, other=0.0)
+    # the sums over L: this chunk's (the _acc), then the segment's (Note [long sums])
     dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dA_tot = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dD_tot = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    db_tot = tl.zeros((BLOCK_D,), dtype=tl.float32)
     o_t = tl.arange(0, TT)
 
     c0 = i_s * SEG
     c1 = tl.minimum(c0 + SEG, NCK - 1)  # entry NCK - 1 is the final state, not a chunk
-    k_beg = c0 * (CK // TT)
     k_end = tl.cdiv(tl.minimum(c1 * CK, L), TT)
-    for kk in range(0, k_end - k_beg):  # the segment's tiles in reverse
-        k = k_end - 1 - kk
-        t0 = k * TT
-        hs = tl.load(p_ts + k * NP, mask=m_d2, other=0.0)
-        m, p = _tile_offsets(row, m_d, o_t, t0, L)
-        b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
-            u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
-        )
-        b_dtu = b_dt * b_u
-        Bs = ()
-        Cs = ()
-        for j in tl.static_range(TT):
-            Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
-        h = hs
-        h_all = ()
-        a_all = ()
-        b_y = tl.zeros_like(b_u)
-        for j in tl.static_range(TT):
-            a = tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2)
-            h = a * h + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
-            b_y = tl.where(o_t[None, :] == j, tl.sum(h * Cs[j][None, :], axis=1)[:, None], b_y)
-            dy_j = _col(b_dy, o_t, j)
-            _store_sum8(dCp + part + (t0 + j) * NP, h * dy_j[:, None], t0 + j < L, BLOCK_D, NP, EMU)
-            h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-            a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
-        b_qA = tl.zeros_like(b_u)
-        b_gB = tl.zeros_like(b_u)
-        for jj in tl.static_range(TT):
-            j = TT - 1 - jj
-            b_dtj = _col(b_dt, o_t, j)
-            g = G_adj + Cs[TT - 1 - jj][None, :] * _col(b_dy, o_t, j)[:, None]
-            ga = g * a_all[TT - 1 - jj]
-            if jj == TT - 1:
-                q = ga * hs
-            else:
-                q = ga * h_all[TT - 2 - jj]
-            dA_acc += q * b_dtj[:, None]
-            b_qA = tl.where(o_t[None, :] == j, tl.sum(q * b_A2, axis=1)[:, None], b_qA)
-            b_gB = tl.where(
-                o_t[None, :] == j, tl.sum(g * Bs[TT - 1 - jj][None, :], axis=1)[:, None], b_gB
+    for cc in range(0, c1 - c0):  # the segment's chunks in reverse, each one's tiles in reverse
+        kc0 = (c1 - 1 - cc) * (CK // TT)
+        kc1 = tl.minimum(kc0 + CK // TT, k_end)
+        for kk in range(0, kc1 - kc0):
+            k = kc1 - 1 - kk
+            t0 = k * TT
+            hs = tl.load(p_ts + k * NP, mask=m_d2, other=0.0)
+            m, p = _tile_offsets(row, m_d, o_t, t0, L)
+            b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
+                u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
             )
-            _store_sum8(
-                dBp + part + (t0 + j) * NP,
-                g * _col(b_dtu, o_t, j)[:, None],
-                t0 + j < L,
-                BLOCK_D,
-                NP,
-                EMU,
-            )
-            G_adj = ga
-        b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
-        b_du = b_dt * b_gB
-        if HAS_D:
-            b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the flag is off
-            dD_acc += tl.sum(b_dy * b_u, axis=1)
-        if SOFTPLUS:
-            b_ddt = b_ddt * _sigmoid(b_x)
-        b_ddt = tl.where(m, b_ddt, 0.0)
-        db_acc += tl.sum(b_ddt, axis=1)
-        tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
-        tl.store(ddelta + p, b_ddt.to(ddelta.dtype.element_ty), mask=m)
-        if HAS_Z:
+            b_dtu = b_dt * b_u
+            Bs = ()
+            Cs = ()
+            for j in tl.static_range(TT):
+                Bs = Bs + (tl.load(p_B + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                Cs = Cs + (tl.load(p_C + (t0 + j) * NP, mask=t0 + j < L, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            # forward through the tile, keeping h_j and a_j; y_t and the dC_t partials
+            h = hs
+            h_all = ()
+            a_all = ()
+            b_y = tl.zeros_like(b_u)
+            for j in tl.static_range(TT):
+                a = tl.exp2(_col(b_dt, o_t, j)[:, None] * b_A2)
+                h = a * h + _col(b_dtu, o_t, j)[:, None] * Bs[j][None, :]
+                b_y = tl.where(o_t[None, :] == j, tl.sum(h * Cs[j][None, :], axis=1)[:, None], b_y)
+                dy_j = _col(b_dy, o_t, j)
+                _store_sum8(
+                    dCp + part + (t0 + j) * NP, h * dy_j[:, None], t0 + j < L, BLOCK_D, NP, EMU
+                )
+                h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            # the adjoint back through it: G = a_{t+1} g_{t+1} on entry of step t
+            b_qA = tl.zeros_like(b_u)
+            b_gB = tl.zeros_like(b_u)
+            for jj in tl.static_range(TT):
+                j = TT - 1 - jj
+                b_dtj = _col(b_dt, o_t, j)
+                g = G_adj + Cs[TT - 1 - jj][None, :] * _col(b_dy, o_t, j)[:, None]
+                ga = g * a_all[TT - 1 - jj]
+                if jj == TT - 1:
+                    q = ga * hs
+                else:
+                    q = ga * h_all[TT - 2 - jj]
+                dA_acc += q * b_dtj[:, None]
+                b_qA = tl.where(o_t[None, :] == j, tl.sum(q * b_A2, axis=1)[:, None], b_qA)
+                b_gB = tl.where(
+                    o_t[None, :] == j, tl.sum(g * Bs[TT - 1 - jj][None, :], axis=1)[:, None], b_gB
+                )
+                _store_sum8(
+                    dBp + part + (t0 + j) * NP,
+                    g * _col(b_dtu, o_t, j)[:, None],
+                    t0 + j < L,
+                    BLOCK_D,
+                    NP,
+                    EMU,
+                )
+                G_adj = ga
+            b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
+            b_du = b_dt * b_gB
             if HAS_D:
-                b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the flag is off
-            b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
-            tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
+                b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the flag is off
+                dD_acc += tl.sum(b_dy * b_u, axis=1)
+            if SOFTPLUS:
+                b_ddt = b_ddt * _sigmoid(b_x)
+            b_ddt = tl.where(m, b_ddt, 0.0)
+            db_acc += tl.sum(b_ddt, axis=1)
+            tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
+            tl.store(ddelta + p, b_ddt.to(ddelta.dtype.element_ty), mask=m)
+            if HAS_Z:
+                if HAS_D:
+                    b_y += b_D[:, None] * b_u  # type: ignore[index]  # None only when the flag is off
+                b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
+                tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
+        # the chunk's sums into the segment's (Note [long sums])
+        dA_tot += dA_acc
+        dD_tot += dD_acc
+        db_tot += db_acc
+        dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+        dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_dn, G_adj, mask=m_d2)
-    tl.store(dAp + i_bs * SZ + o_dn, dA_acc, mask=m_d2)
+    tl.store(dAp + i_bs * SZ + o_dn, dA_tot, mask=m_d2)
     if HAS_D:
-        tl.store(dDp + i_bs * dim + o_d, dD_acc, mask=m_d)
+        tl.store(dDp + i_bs * dim + o_d, dD_tot, mask=m_d)
     if HAS_BIAS:
-        tl.store(dbiasp + i_bs * dim + o_d, db_acc, mask=m_d)
+        tl.store(dbiasp + i_bs * dim + o_d, db_tot, mask=m_d)
 
 
 def _aligned(t: torch.Tensor) -> bool:
