@@ -27,3 +27,9 @@ gpu_tests() {
     grep -E "^FAILED|^ERROR|passed|failed|could not compile|assuming every input" \
         "$L/gpu_tests.log" | tail -8
 }
+
+# ssmscan's C CPU kernels, built in place (the device machine runs from PYTHONPATH=src, not an
+# install): the float64 oracle of the 2^20-step tests (test_long_sequences.py)
+build_cpu_kernels() {
+    python3 setup.py -q build_ext --inplace > "$L/build_cpu.log" 2>&1 || tail -5 "$L/build_cpu.log"
+}
