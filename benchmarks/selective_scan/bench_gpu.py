@@ -65,6 +65,7 @@ _DEFAULTS = {
     "fold": triton_bwd.FOLD_MAX_SEGMENTS,
     "warps": triton_fwd.FWD_WARPS,
     "states": triton_bwd.STATES_OPTIONS,
+    "unroll": triton_fwd.FWD_UNROLL,
 }
 
 
@@ -77,7 +78,8 @@ def set_variant(spec: str) -> None:
     (maxnreg N of the lane main kernel), sN (of the states kernel with the local pass; s0: no
     cap), fN (of
     the lane forward), wN (``triton_fwd.FWD_WARPS``: warps per lane forward / states / local
-    program); e.g. lane-noprefetch-r184. Options not named are the library's defaults."""
+    program), uXY (``triton_fwd.FWD_UNROLL`` = (X, Y): the lane forward's real / local pass
+    unrolled); e.g. lane-noprefetch-r184. Options not named are the library's defaults."""
     name, *opts = spec.split("-")
     triton_bwd.BWD_VARIANT = name
     triton_bwd_lane.PREFETCH = "noprefetch" not in opts
@@ -92,6 +94,10 @@ def set_variant(spec: str) -> None:
     triton_bwd.FINISH_KERNEL = "finish" in opts or (_DEFAULTS["finish"] and "nofinish" not in opts)
     triton_bwd.STATES_ADJ = "nostatesadj" not in opts
     cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rsfw" and o[1:].isdigit()}
+    unroll = [o[1:] for o in opts if o[0] == "u" and len(o) == 3 and o[1:].isdigit()]
+    triton_fwd.FWD_UNROLL = (
+        (int(unroll[0][0]), int(unroll[0][1])) if unroll else _DEFAULTS["unroll"]
+    )
     triton_fwd.FWD_WARPS = cap.get("w", _DEFAULTS["warps"])
     triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
     states = {"maxnreg": cap["s"]} if cap.get("s") else {} if "s" in cap else _DEFAULTS["states"]

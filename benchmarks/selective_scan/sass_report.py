@@ -308,9 +308,11 @@ def main() -> None:
         for dt in a.dtype:
             for local in (False, True) if a.local else (False,):
                 v, warps, nseg = fwd_values(*shape, DTYPES[dt], local)
+                if triton_fwd.FWD_VARIANT == "lane":  # the launcher's unroll (FWD_UNROLL)
+                    v["UNROLL"] = triton_fwd.FWD_UNROLL[1 if local else 0]
                 v.update(a.const)
                 tag = f"fwd-{'x'.join(map(str, shape))}-{dt}{'-local' if local else ''}"
-                steps = v["TT"]
+                steps = v["TT"] * v.get("UNROLL", 1)
                 if triton_fwd.FWD_VARIANT == "lane":
                     kernel = triton_fwd._selective_scan_fwd_lane_kernel
                 else:

@@ -609,6 +609,10 @@ GPU_CASES = [
 ]
 
 
+# the unrolled lane forward's GPU cases: odd L, groups, a multiple of the tile, N = 8 and 32
+_UNROLLED_CASES = ("B1-D64-L517-N16-G2", "B1-D512-L3001-N8", "B1-D64-L333-N32", "B2-D64-L63-N16")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
@@ -619,6 +623,34 @@ def test_triton_gpu(batch, dim, L, N, groups, dtype, segmenting):
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("L", [45, 141])
+def test_triton_interpreter_forward_unrolled(L, monkeypatch):
+    """``triton_fwd.FWD_UNROLL`` = (2, 2): the lane forward's real and local passes two tiles per
+    iteration (an odd number of tiles: the unrolled loop's remainder); L = 141 in segments."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "FWD_UNROLL", (2, 2))
+    _run_case(1, 3, L, 16, None, True, True, True, torch.float32, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_forward_unrolled(batch, dim, L, N, groups, dtype, segmenting, monkeypatch):
+    """The lane forward unrolled (``triton_fwd.FWD_UNROLL`` = (2, 2)) on the GPU: outputs,
+    checkpoints and gradients against float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "FWD_UNROLL", (2, 2))
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
 
 
 # the split backward on the GPU: L a multiple of 16 (``triton_bwd_split.applies``), one partial

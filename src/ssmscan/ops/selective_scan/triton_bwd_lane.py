@@ -348,11 +348,16 @@ def _selective_scan_bwd_lane_kernel(
             m2 = m_dn & (o_tt < L)[None, :]
             p = row[:, None] + o_tt[None, :]
             m = tl.reshape(m2, T3)
+            # one pointer per row buffer and tile, step j at a constant offset from it
+            q_B = p_B + t0 * NP
+            q_C = p_C + t0 * NP
+            q_dB = dBp + part + t0 * NP
+            q_dC = dCp + part + t0 * NP
             Bs = ()
             Cs = ()
             for j in tl.static_range(TT):
-                Bs = Bs + (tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-                Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                Bs = Bs + (tl.reshape(tl.load(q_B + j * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                Cs = Cs + (tl.reshape(tl.load(q_C + j * NP), (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
             if HAS_BIAS:
                 b_x += b_bias[:, None, None]  # type: ignore[index]  # None only when the flag is off
             if SOFTPLUS:
@@ -381,7 +386,7 @@ def _selective_scan_bwd_lane_kernel(
                 a = tl.exp2(dt_j * b_A2)
                 h = a * h + dtu_j * Bs[j]
                 b_y = tl.where(o_j == j, _sum_states(h * Cs[j])[:, None, None], b_y)
-                _store_rs8l(dCp + part + (t0 + j) * NP, h * dy_j, t0 + j < L, EMU)
+                _store_rs8l(q_dC + j * NP, h * dy_j, t0 + j < L, EMU)
                 h_all = h_all + (h,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
                 a_all = a_all + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
                 dt_all = dt_all + (dt_j,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
@@ -401,7 +406,7 @@ def _selective_scan_bwd_lane_kernel(
                 dA_acc += q * dt_all[TT - 1 - jj]
                 b_qA = tl.where(o_j == j, _sum_states(q * b_A2)[:, None, None], b_qA)
                 b_gB = tl.where(o_j == j, _sum_states(g * Bs[TT - 1 - jj])[:, None, None], b_gB)
-                _store_rs8l(dBp + part + (t0 + j) * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
+                _store_rs8l(q_dB + j * NP, g * dtu_all[TT - 1 - jj], t0 + j < L, EMU)
                 G_adj = ga
             b_ddt = b_qA * 0.6931471805599453 + b_u * b_gB  # A2 -> A
             b_du = b_dt * b_gB

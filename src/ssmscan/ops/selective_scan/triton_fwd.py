@@ -330,6 +330,10 @@ def steps_per_tile(NP: int) -> int:
 # constant so that the benchmark can time register caps
 LANE_OPTIONS: dict[str, int] = {}
 
+# tiles per iteration of the lane forward's loop, (real pass, local pass): 2 unrolls it (no
+# register copies of the prefetched next tile; more registers)
+FWD_UNROLL: tuple[int, int] = (1, 1)
+
 
 # warps per forward program (and per program of the lane kernels that share its tiles: the
 # backward's states and local passes); a module constant so that the benchmark can time others.
@@ -368,7 +372,7 @@ def plan_knobs() -> tuple:
     tc = triton_common
     return (
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, CHECKPOINT_LEN,
-        tuple(LANE_OPTIONS.items()),
+        tuple(LANE_OPTIONS.items()), FWD_UNROLL,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
     )  # fmt: skip
@@ -604,6 +608,7 @@ def _launch(
             SEG=seg,
             LOCAL=True,
             **consts,
+            **({"UNROLL": FWD_UNROLL[1]} if lane else {}),
         )
         if lane:
             carried = {"seg_state": seg_state, "seg_dt": seg_dt}
@@ -637,6 +642,7 @@ def _launch(
         SEG=seg,
         LOCAL=False,
         **consts,
+        **({"UNROLL": FWD_UNROLL[0]} if lane else {}),
     )
     if not direct:
         checkpoints.copy_(ckt[..., :N])

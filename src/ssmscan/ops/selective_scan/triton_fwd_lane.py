@@ -126,11 +126,15 @@ def _lane_loads(
         b_z = b_u
     Bs = ()
     Cs = ()
+    # the tile's rows from one pointer each, step j at a constant offset from it (one address
+    # computation per tile, not per step)
+    q_B = p_B + t0 * NP
+    q_C = p_C + t0 * NP
     for j in tl.static_range(TT):
-        b_B = tl.reshape(tl.load(p_B + (t0 + j) * NP), (1, KL, NP // KL))
+        b_B = tl.reshape(tl.load(q_B + j * NP), (1, KL, NP // KL))
         Bs = Bs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         if not LOCAL:
-            Cs = Cs + (tl.reshape(tl.load(p_C + (t0 + j) * NP), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            Cs = Cs + (tl.reshape(tl.load(q_C + j * NP), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         else:
             Cs = Cs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     return b_u, b_x, b_z, Bs, Cs
@@ -264,6 +268,7 @@ def _selective_scan_fwd_lane_kernel(
     SPLIT: tl.constexpr,  # several segments (program axis 2)
     A_RAW: tl.constexpr,  # A2 is A: scaled by log2(e) here (the same fp32 product)
     HAS_LAST: tl.constexpr,  # also write the final state to ``last``
+    UNROLL: tl.constexpr = 1,  # tiles per loop iteration (``triton_fwd.FWD_UNROLL``)
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -320,7 +325,7 @@ def _selective_scan_fwd_lane_kernel(
             h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s, 1, dim, o_d, m_d)
     # the next tile's inputs load while this one computes (B / C padded for it)
     nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
-    for t0 in range(t_beg, t_end, TT):
+    for t0 in tl.range(t_beg, t_end, TT, loop_unroll_factor=UNROLL):
         t0 = tl.multiple_of(t0, TT)
         if not LOCAL:
             if t0 % CK == 0:
