@@ -126,15 +126,25 @@ def _lane_loads(
         b_z = b_u
     Bs = ()
     Cs = ()
-    # the tile's rows from one pointer each, step j at a constant offset from it (one address
-    # computation per tile, not per step)
+    # 16-bit inputs: the tile's rows from one pointer each, step j at a constant offset from it
+    # (one address computation per tile, not per step; ptxas then issues the 16 loads together).
+    # fp32 keeps a pointer per step: the same change made it slower there (H200, 2026-12-02,
+    # CUDA graphs, forward ms, per step -> per tile: (8, 4096, 2048) fp32 0.656 -> 0.699, bf16
+    # 0.653 -> 0.619; (16, 1536, 1024) fp32 0.292 -> 0.321, bf16 0.282 -> 0.253)
+    ROW_PTR: tl.constexpr = u.dtype.element_ty != tl.float32
     q_B = p_B + t0 * NP
     q_C = p_C + t0 * NP
     for j in tl.static_range(TT):
-        b_B = tl.reshape(tl.load(q_B + j * NP), (1, KL, NP // KL))
+        if ROW_PTR:
+            pB_j = q_B + j * NP
+            pC_j = q_C + j * NP
+        else:
+            pB_j = p_B + (t0 + j) * NP
+            pC_j = p_C + (t0 + j) * NP
+        b_B = tl.reshape(tl.load(pB_j), (1, KL, NP // KL))
         Bs = Bs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         if not LOCAL:
-            Cs = Cs + (tl.reshape(tl.load(q_C + j * NP), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            Cs = Cs + (tl.reshape(tl.load(pC_j), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         else:
             Cs = Cs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     return b_u, b_x, b_z, Bs, Cs
