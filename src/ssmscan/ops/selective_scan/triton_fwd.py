@@ -331,7 +331,8 @@ def steps_per_tile(NP: int) -> int:
 LANE_OPTIONS: dict[str, int] = {}
 
 # tiles per iteration of the lane forward's loop, (real pass, local pass): 2 unrolls it (no
-# register copies of the prefetched next tile; more registers)
+# register copies of the prefetched next tile, but 168 registers for the real pass); no variant
+# was faster on the H200 (benchmarks/RESULTS.md, fourteenth session), so off
 FWD_UNROLL: tuple[int, int] = (1, 1)
 
 
