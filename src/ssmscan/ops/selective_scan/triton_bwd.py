@@ -80,6 +80,7 @@ from ssmscan.ops.selective_scan.shapes import (
 from ssmscan.ops.selective_scan.triton_common import (
     TILE_T,
     _bfly,
+    _fold_chunk_sums,
     _sigmoid,
     _softplus,
     _tile_inputs,
@@ -468,12 +469,9 @@ def _selective_scan_bwd_tile_kernel(
                 b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
                 tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
         # the chunk's sums into the segment's (Note [long sums])
-        dA_tot += dA_acc
-        dD_tot += dD_acc
-        dbias_tot += dbias_acc
-        dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
-        dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-        dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        dA_tot, dD_tot, dbias_tot, dA_acc, dD_acc, dbias_acc = _fold_chunk_sums(
+            dA_tot, dD_tot, dbias_tot, dA_acc, dD_acc, dbias_acc
+        )
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_nd, G_adj, mask=m_d2)
     tl.store(dAp + i_bs * SZ + o_nd, dA_tot, mask=m_d2)

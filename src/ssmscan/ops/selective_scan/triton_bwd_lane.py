@@ -83,6 +83,7 @@ import triton.language as tl
 from ssmscan.ops.selective_scan.triton_common import (
     _PTX,
     _bfly,
+    _fold_chunk_sums,
     _prefetch_l1,
     _sigmoid,
     _softplus,
@@ -427,12 +428,9 @@ def _selective_scan_bwd_lane_kernel(
                 b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
                 tl.store(dz + p, tl.reshape(b_dz, (BLOCK_D, TT)).to(dz.dtype.element_ty), mask=m2)
         # the chunk's sums into the segment's (Note [long sums])
-        dA_tot += dA_acc
-        dD_tot += dD_acc
-        db_tot += db_acc
-        dA_acc = tl.zeros(S3, dtype=tl.float32)
-        dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-        db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        dA_tot, dD_tot, db_tot, dA_acc, dD_acc, db_acc = _fold_chunk_sums(
+            dA_tot, dD_tot, db_tot, dA_acc, dD_acc, db_acc
+        )
     G2 = tl.reshape(G_adj, (BLOCK_D, NP))
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_dn, G2, mask=m_dn)

@@ -78,6 +78,7 @@ import triton.language as tl
 from ssmscan.ops.common.host_math import next_pow2
 from ssmscan.ops.selective_scan.triton_common import (
     _bfly,
+    _fold_chunk_sums,
     _sigmoid,
     _tile_inputs,
     _tile_offsets,
@@ -357,12 +358,9 @@ def _selective_scan_bwd_split_kernel(
                 b_dz = b_do * b_y * sig_z * (1.0 + b_z * (1.0 - sig_z))
                 tl.store(dz + p, b_dz.to(dz.dtype.element_ty), mask=m)
         # the chunk's sums into the segment's (Note [long sums])
-        dA_tot += dA_acc
-        dD_tot += dD_acc
-        db_tot += db_acc
-        dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
-        dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-        db_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        dA_tot, dD_tot, db_tot, dA_acc, dD_acc, db_acc = _fold_chunk_sums(
+            dA_tot, dD_tot, db_tot, dA_acc, dD_acc, db_acc
+        )
     if i_s == 0:
         tl.store(dinit + i_b * SZ + o_dn, G_adj, mask=m_d2)
     tl.store(dAp + i_bs * SZ + o_dn, dA_tot, mask=m_d2)

@@ -94,6 +94,20 @@ _PTX = tl.constexpr(not triton.knobs.runtime.interpret)
 
 
 @triton.jit
+def _fold_chunk_sums(dA_tot, dD_tot, db_tot, dA_acc, dD_acc, db_acc):
+    """Note [long sums] (``shapes``): a chunk's sums of dA / dD / ddelta_bias added into the
+    totals; returns the totals and the chunk sums restarted from zero."""
+    return (
+        dA_tot + dA_acc,
+        dD_tot + dD_acc,
+        db_tot + db_acc,
+        tl.zeros_like(dA_acc),
+        tl.zeros_like(dD_acc),
+        tl.zeros_like(db_acc),
+    )
+
+
+@triton.jit
 def _prefetch_l1(p):
     """``prefetch.global.L1`` of the line at each pointer of ``p`` (GPU only: a hint, nothing
     loaded into registers; the lane backward's and time-lane forward's next-tile B / C)."""
