@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from ssmscan.ops.selective_scan import cpu
+from ssmscan.ops.selective_scan.shapes import state_dtype
 from ssmscan.testing import assert_close_to_reference, make_selective_scan_inputs
 
+# the op's tensor inputs, in order: also the backward's gradients (every one present here)
 _ARGS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
-_GRADS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
 L_ODD = (1 << 20) + 37  # past 2^20, odd: not a multiple of a tile
 L_16 = (1 << 20) + 48  # past 2^20, a multiple of 16 (the split / lane backward's)
 _DEVICE = "cuda"  # the GPU test's (a module constant: a tiny run of it under the interpreter)
@@ -45,10 +46,10 @@ def _c_kernel(kw, dout, dlast, dtype):
     a = [kw[k].to(dtype) if kw[k] is not None else None for k in _ARGS]
     out, last, ckpt = cpu.selective_scan_fwd_cpu(*a, kw["delta_softplus"])
     du, ddelta, dA, dB, dC, rest = cpu.selective_scan_bwd_cpu(
-        dout.to(dtype), dlast.to(torch.float64 if dtype == torch.float64 else torch.float32),
+        dout.to(dtype), dlast.to(state_dtype(dtype)),
         *a, ckpt, kw["delta_softplus"],
     )  # fmt: skip
-    return out, last, ckpt, dict(zip(_GRADS, [du, ddelta, dA, dB, dC, *rest]))
+    return out, last, ckpt, dict(zip(_ARGS, [du, ddelta, dA, dB, dC, *rest]))
 
 
 @functools.lru_cache(maxsize=2)
@@ -87,14 +88,11 @@ def _triton_tests():
     return test_selective_scan_triton
 
 
-class _Kernels(set):
-    """Names of the kernels the selective-scan launchers start."""
-
-
-def _spy_kernels(monkeypatch) -> _Kernels:
+def _spy_kernels(monkeypatch) -> set[str]:
+    """The names of the kernels the selective-scan launchers start, collected from now on."""
     from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
 
-    seen = _Kernels()
+    seen: set[str] = set()
     for mod in (triton_fwd, triton_bwd):
         real = mod.launcher
 
