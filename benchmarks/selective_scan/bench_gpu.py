@@ -327,7 +327,7 @@ def main():
     ap.add_argument(
         "--fwd-variants",
         default=triton_fwd.FWD_VARIANT,
-        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; suffixed keys as above)",
+        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; suffixed keys as above)",
     )
     ap.add_argument(
         "--plans",
@@ -399,8 +399,11 @@ def main():
                 set_target_warps(tw)
                 set_variant(bv)
                 # "tlane": the lane forward with the time-lane kernel where L would split
-                triton_fwd.FWD_VARIANT = "lane" if fv == "tlane" else fv
-                triton_fwd.FWD_TIME_LANES = fv == "tlane"
+                # ("tlane-bcM": with triton_fwd.TLANE_BC_MODE = M)
+                tlane = fv.startswith("tlane")
+                triton_fwd.FWD_VARIANT = "lane" if tlane else fv
+                triton_fwd.FWD_TIME_LANES = tlane
+                triton_fwd.TLANE_BC_MODE = int(fv.split("-bc")[1]) if "-bc" in fv else 0
                 ck = key(ck, tw, bv, fv)
                 errs = check(kw, dout, refs)
                 ok = (
@@ -445,6 +448,7 @@ def main():
                     )
             triton_bwd.BWD_VARIANT = default_bwd
             triton_fwd.FWD_VARIANT = default_fwd
+            triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = False, 0
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs

@@ -66,8 +66,21 @@ def main() -> None:
     )
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--fwd", action="store_true", help="--breakdown of forward calls only")
-    ap.add_argument("--once", action="store_true", help="3 forward+backward calls, for ncu")
+    ap.add_argument(
+        "--once", action="store_true", help="3 forward+backward calls (forward with --fwd), for ncu"
+    )
+    ap.add_argument(
+        "--time-lanes",
+        type=int,
+        default=None,
+        metavar="BC_MODE",
+        help="the time-lane forward (triton_fwd.FWD_TIME_LANES) with this TLANE_BC_MODE",
+    )
     a = ap.parse_args()
+    if a.time_lanes is not None:
+        from ssmscan.ops.selective_scan import triton_fwd
+
+        triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = True, a.time_lanes
     for shape in parse_shapes(a.shapes):
         for dn in a.dtypes.split(","):
             kw = bench_gpu.make(*shape, DTYPES[dn])
@@ -76,7 +89,10 @@ def main() -> None:
                 bench_gpu.set_variant(var)
                 if a.once:
                     for _ in range(3):
-                        bench_gpu.ours_fwd_bwd(kw, dout)
+                        if a.fwd:
+                            bench_gpu.ours_fwd(kw)
+                        else:
+                            bench_gpu.ours_fwd_bwd(kw, dout)
                     torch.cuda.synchronize()
                     continue
                 total, rows = breakdown(kw, dout, fwd_only=a.fwd)

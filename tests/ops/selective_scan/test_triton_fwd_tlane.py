@@ -50,10 +50,17 @@ _CASES = {
 
 @pytest.mark.triton
 @_INTERPRET
-@pytest.mark.parametrize("case", list(_CASES), ids=list(_CASES))
-def test_time_lane_forward_matches_reference(case, time_lanes):
+@pytest.mark.parametrize(
+    "case,bc_mode",
+    [(c, 0) for c in _CASES]
+    + [("B1-D3-L1000-fp32-init", 1), ("B1-D4-L300-bf16-G2", 2), ("B1-D3-L63-fp32", 2)],
+    ids=[*_CASES, "B1-D3-L1000-fp32-init-bc1", "B1-D4-L300-bf16-G2-bc2", "B1-D3-L63-fp32-bc2"],
+)
+def test_time_lane_forward_matches_reference(case, bc_mode, time_lanes, monkeypatch):
+    """Every ``TLANE_BC_MODE`` (where B / C rows are loaded) on some of the cases."""
     from torch._library.triton import set_wrap_triton_enabled
 
+    monkeypatch.setattr(triton_fwd, "TLANE_BC_MODE", bc_mode)
     batch, dim, L, G, dtype, opt, init = _CASES[case]
     kw = make_selective_scan_inputs(
         batch, dim, L, 16, groups=G, dtype=dtype, device="cpu", has_D=opt, has_z=opt,
@@ -165,7 +172,7 @@ def test_time_lane_kernel_layouts_for_sm90():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(" ok") == 24, res.stdout
+    assert res.stdout.count(" ok") == 28, res.stdout
 
 
 def test_launch_falls_back_to_the_segments(monkeypatch):

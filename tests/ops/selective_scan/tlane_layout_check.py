@@ -36,16 +36,21 @@ def usage(cubin: bytes) -> dict[str, int]:
 
 def main() -> int:
     bad = 0
-    for dt, L, aligned, opt, G in itertools.product(
-        ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1,)
-    ):  # (grouped B / C changes offsets only, not layouts: G = 2 ran the same, 2026-12-01)
+    configs = list(
+        itertools.product(
+            ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1,), (0,)
+        )
+    )  # (grouped B / C changes offsets only, not layouts: G = 2 ran the same, 2026-12-01)
+    # the other places of the B / C loads (``BC_MODE``), bf16 and fp32 with every optional input
+    configs += [(dt, 4096, True, True, 1, m) for dt in ("bf16", "fp32") for m in (1, 2)]
+    for dt, L, aligned, opt, G, bc in configs:
         io = f"*{dt}"
         vals = dict(
             u=io, delta=io, A2="*fp32", Bt="*fp32", Ct="*fp32", Dv="*fp32", z=io,
             delta_bias="*fp32", init="*fp32", out=io, ckpt="*fp32", last="*fp32", dim=1536,
             L=L, LP=triton_fwd_tlane.tile_steps(L), G=G, NCK=num_checkpoints(L),
             SOFTPLUS=opt, NP=16, CK=CHECKPOINT_LEN, HAS_D=opt, HAS_Z=opt, HAS_BIAS=opt,
-            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt,
+            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt, BC_MODE=bc,
         )  # fmt: skip
         unaligned = () if aligned else ("u", "delta", "z", "out")
         k = compile_sm90(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, vals, 1, unaligned)
@@ -53,7 +58,7 @@ def main() -> int:
         res = usage(k.asm["cubin"])
         if res.get("LOCAL", 0) or k.metadata.shared:
             problem = problem or f"spills ({res}) or shared memory ({k.metadata.shared})"
-        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G}"
+        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G} bc={bc}"
         if problem is None:
             print(f"{tag} regs={res['REG']} ok")
         else:

@@ -319,6 +319,9 @@ FWD_TIME_LANES = False
 # ... and only with at least this many channels (warps): below it the segment split's parallelism
 # wins (e.g. 64 channels x 65536 steps: 64 warps against the split's 2048)
 TLANE_MIN_CHANNELS = 512
+# where the time-lane kernel loads a tile's B / C rows (its ``BC_MODE``): 0 each where it is
+# used, 1 all at the top of the iteration, 2 the next tile's a tile ahead
+TLANE_BC_MODE = 0
 
 
 def steps_per_tile(NP: int) -> int:
@@ -372,7 +375,8 @@ def plan_knobs() -> tuple:
 
     tc = triton_common
     return (
-        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, CHECKPOINT_LEN,
+        FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
+        CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
@@ -437,7 +441,7 @@ def _launch_tlane(
         last_state, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
         CK=CHECKPOINT_LEN, HAS_D=D is not None, HAS_Z=z is not None,
         HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None, A_RAW=a_raw,
-        PREFETCH_L1=not is_wrap_triton_enabled(), num_warps=1,
+        PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, num_warps=1,
     )  # fmt: skip
 
 

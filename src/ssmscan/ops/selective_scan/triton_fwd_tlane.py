@@ -141,6 +141,18 @@ def _tlane_loads(u, delta, z, row, t0, L, o_t, TL: tl.constexpr, KL: tl.constexp
 
 
 @triton.jit
+def _tlane_bc_rows(p_B, p_C, t0, NP: tl.constexpr, S3: tl.constexpr, TPT: tl.constexpr):
+    """The B and C rows of each time lane's TPT steps of the tile from t0, as two tuples of
+    (TL, KL, SPT) blocks (``BC_MODE`` 1 and 2; in bounds: the copies hold one tile more)."""
+    rB = ()
+    rC = ()
+    for j in tl.static_range(TPT):
+        rB = rB + (tl.reshape(tl.load(p_B + (t0 + j) * NP), S3),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        rC = rC + (tl.reshape(tl.load(p_C + (t0 + j) * NP), S3),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    return rB, rC
+
+
+@triton.jit
 def _prefetch_tile_l1(Bt, Ct, row0, o_lane):
     """``prefetch.global.L1`` of a tile's B and C rows (64 steps x 16 states fp32 = 32 lines
     of 128 bytes each) from element ``row0``: one line of each per lane. A hint (no layout
@@ -181,6 +193,9 @@ def _selective_scan_fwd_tlane_kernel(
     # the next tile's B / C rows into L1; eager launches only (a non-pure inline asm: Note
     # [traced kernels' inline asm] in ``triton_bwd_lane``)
     PREFETCH_L1: tl.constexpr,
+    # where the tile's B / C rows are loaded (``BC_MODE``): 0 each where it is used, 1 all 16 at
+    # the top of the iteration, 2 the next tile's at the top (held in registers a tile ahead)
+    BC_MODE: tl.constexpr = 0,
 ):
     tl.static_assert(NP == 16)
     TL: tl.constexpr = 8
@@ -221,12 +236,19 @@ def _selective_scan_fwd_tlane_kernel(
     else:
         h = tl.zeros(S3, dtype=tl.float32)
     nxt = _tlane_loads(u, delta, z, row, 0, L, o_t, TL, KL, TPL, HAS_Z)
+    if BC_MODE == 2:
+        nbc = _tlane_bc_rows(p_B, p_C, 0, NP, S3, TPT)
     for t0 in range(0, L, TILE):
         t0 = tl.multiple_of(t0, TILE)
         if t0 % CK == 0:
             tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (TL, NP)), mask=row0)
         b_u, b_x, b_z = nxt
         nxt = _tlane_loads(u, delta, z, row, t0 + TILE, L, o_t, TL, KL, TPL, HAS_Z)
+        if BC_MODE == 1:
+            rBs, rCs = _tlane_bc_rows(p_B, p_C, t0, NP, S3, TPT)
+        elif BC_MODE == 2:
+            rBs, rCs = nbc
+            nbc = _tlane_bc_rows(p_B, p_C, t0 + TILE, NP, S3, TPT)
         if PREFETCH_L1:
             _prefetch_tile_l1(Bt, Ct, bc + (t0 + TILE) * NP, o_lane)
         # 1. dt, dt * u once per element; decays and inputs per step; each time lane's map
@@ -243,7 +265,10 @@ def _selective_scan_fwd_tlane_kernel(
         for j in tl.static_range(TPT):
             b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            b_B = tl.reshape(tl.load(p_B + (t0 + j) * NP), S3)
+            if BC_MODE == 0:
+                b_B = tl.reshape(tl.load(p_B + (t0 + j) * NP), S3)
+            else:
+                b_B = rBs[j]
             a = tl.exp2(b_dtj * b_A2)
             b = b_duj * b_B
             As = As + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
@@ -267,7 +292,10 @@ def _selective_scan_fwd_tlane_kernel(
         h = _rows_last(E, o_k3)  # 4. the next tile's start
         ys = ()
         for j in tl.static_range(TPT):
-            b_C = tl.reshape(tl.load(p_C + (t0 + j) * NP), S3)
+            if BC_MODE == 0:
+                b_C = tl.reshape(tl.load(p_C + (t0 + j) * NP), S3)
+            else:
+                b_C = rCs[j]
             g = As[j] * g + Bs[j]
             ys = ys + (tl.sum(g * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         # reduce-scatter over the state lanes: lane k keeps steps 2 k, 2 k + 1
