@@ -41,6 +41,14 @@ graphs, ms, split -> time lanes): (1, 1536, 4096, 16) bf16 0.117 -> 0.160, fp32 
 SASS) but has a warp per channel (1024-1536 warps) against the split's 3072-8192 and a serial
 chain per tile (8 steps, 3 scan steps, 8 steps): latency, not issue, bounds it there. Combining
 it with the segment split (more warps, the local pass as the maps' scan) is the untried step.
+
+Nsight Compute (2026-12-02, (1, 1536, 4096) bf16, ``--clock-control none``): 43.9M instructions
+against the split's 62.2M (local 23.8M + real 38.4M), but 11.6 warps per multiprocessor
+(occupancy 18%), 0.55 eligible warps per scheduler, issue slots 31-36% busy, where the split's
+passes run 50-55% busy at 1.0-1.2 eligible. Loading a tile's 16 B / C rows at its top
+(``BC_MODE`` 1) took the kernel from 136 to 125 us there, but was slower at (1, 1024, 65536);
+more warps per channel (the states split over two warps, y summed across them) is what the
+figures point at, not yet written.
 """
 
 from __future__ import annotations
