@@ -333,7 +333,9 @@ def steps_per_tile(NP: int) -> int:
 
 
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
-# constant so that the benchmark can time register caps
+# constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
+# registers, which would fit the real pass's 1.45 waves at batch 1 into one, were all slower,
+# up to 2.3x at 80: benchmarks/RESULTS.md, fifteenth session)
 LANE_OPTIONS: dict[str, int] = {}
 
 # tiles per iteration of the lane forward's loop, (real pass, local pass): 2 unrolls it (no
