@@ -149,14 +149,20 @@ def _tlane_loads(u, delta, z, row, t0, L, o_t, TL: tl.constexpr, KL: tl.constexp
 
 
 @triton.jit
+def _tlane_row(p, t, NP: tl.constexpr, S3: tl.constexpr):
+    """Step t's B or C row of each time lane (p: ``p_B`` / ``p_C``) as a (TL, KL, SPT) block."""
+    return tl.reshape(tl.load(p + t * NP), S3)
+
+
+@triton.jit
 def _tlane_bc_rows(p_B, p_C, t0, NP: tl.constexpr, S3: tl.constexpr, TPT: tl.constexpr):
     """The B and C rows of each time lane's TPT steps of the tile from t0, as two tuples of
     (TL, KL, SPT) blocks (``BC_MODE`` 1 and 2; in bounds: the copies hold one tile more)."""
     rB = ()
     rC = ()
     for j in tl.static_range(TPT):
-        rB = rB + (tl.reshape(tl.load(p_B + (t0 + j) * NP), S3),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        rC = rC + (tl.reshape(tl.load(p_C + (t0 + j) * NP), S3),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        rB = rB + (_tlane_row(p_B, t0 + j, NP, S3),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        rC = rC + (_tlane_row(p_C, t0 + j, NP, S3),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     return rB, rC
 
 
@@ -274,7 +280,7 @@ def _selective_scan_fwd_tlane_kernel(
             b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             if BC_MODE == 0:
-                b_B = tl.reshape(tl.load(p_B + (t0 + j) * NP), S3)
+                b_B = _tlane_row(p_B, t0 + j, NP, S3)
             else:
                 b_B = rBs[j]
             a = tl.exp2(b_dtj * b_A2)
@@ -301,7 +307,7 @@ def _selective_scan_fwd_tlane_kernel(
         ys = ()
         for j in tl.static_range(TPT):
             if BC_MODE == 0:
-                b_C = tl.reshape(tl.load(p_C + (t0 + j) * NP), S3)
+                b_C = _tlane_row(p_C, t0 + j, NP, S3)
             else:
                 b_C = rCs[j]
             g = As[j] * g + Bs[j]
