@@ -327,7 +327,7 @@ def main():
     ap.add_argument(
         "--fwd-variants",
         default=triton_fwd.FWD_VARIANT,
-        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; suffixed keys as above)",
+        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; suffixed keys as above)",
     )
     ap.add_argument(
         "--plans",
@@ -352,6 +352,7 @@ def main():
         else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
     )
     default_bwd, default_fwd = triton_bwd.BWD_VARIANT, triton_fwd.FWD_VARIANT
+    default_scatter = triton_fwd.LANE_Y_SCATTER
     variants = [
         (ck, tw, bv, fv)
         for ck in [int(c) for c in args.ck.split(",")]
@@ -401,9 +402,17 @@ def main():
                 # "tlane": the lane forward with the time-lane kernel where L would split
                 # ("tlane-bcM": with triton_fwd.TLANE_BC_MODE = M)
                 tlane = fv.startswith("tlane")
-                triton_fwd.FWD_VARIANT = "lane" if tlane else fv
+                triton_fwd.FWD_VARIANT = "lane" if tlane else fv.split("-")[0]
                 triton_fwd.FWD_TIME_LANES = tlane
-                triton_fwd.TLANE_BC_MODE = int(fv.split("-bc")[1]) if "-bc" in fv else 0
+                fopts = fv.split("-")[1:]
+                # "-nosc": triton_fwd.LANE_Y_SCATTER off
+                triton_fwd.LANE_Y_SCATTER = default_scatter and "nosc" not in fopts
+                bcs = [int(o[2:]) for o in fopts if o.startswith("bc")]
+                triton_fwd.TLANE_BC_MODE = bcs[0] if bcs else 0
+                ws = [int(o[1:]) for o in fopts if o.startswith("w")]
+                triton_fwd.TLANE_WARPS = ws[0] if ws else 1
+                rs = [int(o[1:]) for o in fopts if o.startswith("r")]
+                triton_fwd.TLANE_OPTIONS = {"maxnreg": rs[0]} if rs else {}
                 ck = key(ck, tw, bv, fv)
                 errs = check(kw, dout, refs)
                 ok = (
@@ -449,6 +458,8 @@ def main():
             triton_bwd.BWD_VARIANT = default_bwd
             triton_fwd.FWD_VARIANT = default_fwd
             triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = False, 0
+            triton_fwd.TLANE_WARPS, triton_fwd.TLANE_OPTIONS = 1, {}
+            triton_fwd.LANE_Y_SCATTER = default_scatter
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs

@@ -76,11 +76,15 @@ def main() -> None:
         metavar="BC_MODE",
         help="the time-lane forward (triton_fwd.FWD_TIME_LANES) with this TLANE_BC_MODE",
     )
+    ap.add_argument(
+        "--tlane-warps", type=int, default=1, help="triton_fwd.TLANE_WARPS (with --time-lanes)"
+    )
     a = ap.parse_args()
     if a.time_lanes is not None:
         from ssmscan.ops.selective_scan import triton_fwd
 
         triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = True, a.time_lanes
+        triton_fwd.TLANE_WARPS = a.tlane_warps
     for shape in parse_shapes(a.shapes):
         for dn in a.dtypes.split(","):
             kw = bench_gpu.make(*shape, DTYPES[dn])

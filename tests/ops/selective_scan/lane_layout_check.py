@@ -84,6 +84,7 @@ def compile_lane(
         A_RAW=True,
         HAS_LAST=True,
         ADJ=local,  # the states kernel's: ``local`` there is the fused local pass
+        Y_SCATTER=True,  # the forward's (``triton_fwd.LANE_Y_SCATTER``)
     )
     # (the other kernels take subsets of the values)
     unaligned = () if aligned else IO
@@ -185,7 +186,9 @@ def main() -> int:
         KL, _ = triton_fwd_lane.lane_geometry(cfg[1])
         compiled = compile_lane(*cfg)
         impure += impure_asm(compiled.asm["ttir"])
-        problem = triton_fwd_lane.lane_layout_problem(compiled.asm["ttgir"], KL)
+        # the forward's butterflies too (``_y_scatter``: 16 states), as its launcher checks
+        fwd = len(cfg) < 7 or cfg[6] == "fwd"
+        problem = triton_fwd_lane.lane_layout_problem(compiled.asm["ttgir"], KL, bfly=fwd)
         print(cfg, "ok" if problem is None else problem, flush=True)
         bad += problem is not None
     # the backward main kernel as a traced launch compiles it (two configurations)

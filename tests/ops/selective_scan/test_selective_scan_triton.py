@@ -637,6 +637,16 @@ def test_triton_interpreter_forward_unrolled(L, monkeypatch):
     _run_case(1, 3, L, 16, None, True, True, True, torch.float32, True)
 
 
+@pytest.mark.triton
+@_INTERP
+def test_triton_interpreter_forward_without_y_scatter(monkeypatch):
+    """``triton_fwd.LANE_Y_SCATTER`` off: the lane forward reduces y per step (in segments)."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_Y_SCATTER", False)
+    _run_case(1, 3, 141, 16, None, True, True, True, torch.float32, True)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -71,6 +71,21 @@ def test_lane_layout_problem_wrong_width():
     assert lane_layout_problem(_ttgir(GOOD, "#blocked"), 8) is not None
 
 
+def test_lane_layout_problem_reads_butterflies_when_asked():
+    """The forward's check (``bfly``) reads the ``_y_scatter`` butterflies too; the backward's
+    (which shuffles rows with them) only the broadcasts."""
+    bfly = _OP.replace("idx.b32 $0, $1, $2, $3", "bfly.b32 $0, $1, 2, 0x1f").replace(
+        "{enc}", "#bad"
+    )
+    bad = CHANNELS.replace("#blocked =", "#bad =")
+    text = GOOD + "\n" + bad + "\nmodule {\n  " + _OP.replace("{enc}", "#blocked") + "\n  "
+    text += bfly + "\n}\n"
+    assert lane_layout_problem(text, 4) is None
+    assert "has layout" in lane_layout_problem(text, 4, bfly=True)
+    good_bfly = GOOD + "\nmodule {\n  " + bfly.replace("#bad", "#blocked") + "\n}\n"
+    assert lane_layout_problem(good_bfly, 4, bfly=True) is None
+
+
 def test_lane_geometry():
     assert [lane_geometry(n) for n in (4, 8, 16, 32)] == [(1, 4), (2, 4), (4, 2), (8, 1)]
 
@@ -135,8 +150,8 @@ def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
     seen = []
     real = triton_fwd_lane.check_lane_layout
 
-    def counting(KL):
-        check = real(KL)
+    def counting(KL, bfly=False):
+        check = real(KL, bfly)
 
         def wrapped(compiled):
             seen.append(KL)
@@ -207,3 +222,18 @@ def test_prep_bc_lane_copies_and_pads_with_zeros(N, NP):
     grouped = prep_BC(X[:, 0], 2, NP)  # 3-D B, no time padding: (batch, 1, L, NP)
     assert grouped.shape == (2, 1, L, NP)
     torch.testing.assert_close(grouped[:, 0, :, :N], X[:, 0].transpose(1, 2), rtol=0, atol=0)
+
+
+def test_split_cap_only_beyond_the_waves(monkeypatch):
+    """``triton_fwd.split_cap``: 128 registers for a split real pass of more than two waves of
+    8 two-warp programs per multiprocessor (132 on the H200), nothing below, on the CPU, or when
+    ``LANE_OPTIONS`` sets its own cap."""
+    monkeypatch.setattr(triton_fwd, "_sm_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    assert triton_fwd.split_cap(64 * 64, 2, cuda) == {"maxnreg": 128}  # (1, 1024, 65536)
+    assert triton_fwd.split_cap(96 * 16, 2, cuda) == {}  # (1, 1536, 4096): 1.45 waves
+    assert triton_fwd.split_cap(2 * 132 * 8 + 1, 2, cuda) == {"maxnreg": 128}
+    assert triton_fwd.split_cap(2 * 132 * 8, 2, cuda) == {}
+    assert triton_fwd.split_cap(64 * 64, 2, torch.device("cpu")) == {}
+    monkeypatch.setattr(triton_fwd, "LANE_OPTIONS", {"maxnreg": 96})
+    assert triton_fwd.split_cap(64 * 64, 2, cuda) == {}

@@ -51,16 +51,22 @@ _CASES = {
 @pytest.mark.triton
 @_INTERPRET
 @pytest.mark.parametrize(
-    "case,bc_mode",
-    [(c, 0) for c in _CASES]
-    + [("B1-D3-L1000-fp32-init", 1), ("B1-D4-L300-bf16-G2", 2), ("B1-D3-L63-fp32", 2)],
-    ids=[*_CASES, "B1-D3-L1000-fp32-init-bc1", "B1-D4-L300-bf16-G2-bc2", "B1-D3-L63-fp32-bc2"],
-)
-def test_time_lane_forward_matches_reference(case, bc_mode, time_lanes, monkeypatch):
-    """Every ``TLANE_BC_MODE`` (where B / C rows are loaded) on some of the cases."""
+    "case,bc_mode,warps",
+    [(c, 0, 1) for c in _CASES]
+    + [("B1-D3-L1000-fp32-init", 1, 1), ("B1-D4-L300-bf16-G2", 2, 1), ("B1-D3-L63-fp32", 2, 1)]
+    + [("B1-D3-L1000-fp32-init", 0, 2), ("B1-D4-L300-bf16-G2", 1, 2), ("B2-D2-L129-fp16", 0, 2)]
+    + [("B1-D3-L63-fp32", 2, 2), ("B2-D2-L64-fp32-bare", 0, 2), ("B1-D3-L1-fp32", 0, 2)],
+    ids=[*_CASES, "B1-D3-L1000-fp32-init-bc1", "B1-D4-L300-bf16-G2-bc2", "B1-D3-L63-fp32-bc2",
+         "B1-D3-L1000-fp32-init-w2", "B1-D4-L300-bf16-G2-bc1-w2", "B2-D2-L129-fp16-w2",
+         "B1-D3-L63-fp32-bc2-w2", "B2-D2-L64-fp32-bare-w2", "B1-D3-L1-fp32-w2"],
+)  # fmt: skip
+def test_time_lane_forward_matches_reference(case, bc_mode, warps, time_lanes, monkeypatch):
+    """Every ``TLANE_BC_MODE`` (where B / C rows are loaded) and ``TLANE_WARPS`` (warps a
+    channel) on some of the cases."""
     from torch._library.triton import set_wrap_triton_enabled
 
     monkeypatch.setattr(triton_fwd, "TLANE_BC_MODE", bc_mode)
+    monkeypatch.setattr(triton_fwd, "TLANE_WARPS", warps)
     batch, dim, L, G, dtype, opt, init = _CASES[case]
     kw = make_selective_scan_inputs(
         batch, dim, L, 16, groups=G, dtype=dtype, device="cpu", has_D=opt, has_z=opt,
@@ -172,7 +178,7 @@ def test_time_lane_kernel_layouts_for_sm90():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(" ok") == 28, res.stdout
+    assert res.stdout.count(" ok") == 34, res.stdout
 
 
 def test_launch_falls_back_to_the_segments(monkeypatch):
@@ -203,12 +209,14 @@ def test_launch_falls_back_to_the_segments(monkeypatch):
 @pytest.mark.parametrize(
     "shape", [(1, 64, 5000, None), (2, 96, 777, 2), (1, 32, 1, None)], ids=["L5000", "G2", "L1"]
 )
-def test_time_lane_forward_gpu(dtype, shape, time_lanes, recwarn):
-    """On the GPU (the shuffles as PTX, the layout check on the compiled kernel): outputs, last
-    state and every gradient (the backward from the kernel's checkpoints) against float64 on
-    fresh inputs; no fallback warning."""
+@pytest.mark.parametrize("warps", [1, 2], ids=["w1", "w2"])
+def test_time_lane_forward_gpu(dtype, shape, warps, time_lanes, recwarn, monkeypatch):
+    """On the GPU (the shuffles as PTX, the layout check on the compiled kernel), every
+    ``TLANE_WARPS``: outputs, last state and every gradient (the backward from the kernel's
+    checkpoints) against float64 on fresh inputs; no fallback warning."""
     import ssmscan
 
+    monkeypatch.setattr(triton_fwd, "TLANE_WARPS", warps)
     batch, dim, L, G = shape
     kw = make_selective_scan_inputs(
         batch, dim, L, 16, groups=G, dtype=dtype, device="cuda", has_initial_state=True, seed=L

@@ -2,7 +2,7 @@
 GPU needed) over the specializations its launcher can produce (every dtype, L and pointers with
 and without 16-divisibility, the optional inputs on and off) and check every
 shuffle operand's layout (``triton_fwd_tlane.tlane_layout_problem``), no spills and no shared
-memory. Run as a script by ``test_triton_fwd_tlane.py``, in a process without TRITON_INTERPRET.
+memory at one warp a channel (at ``W`` = 2 the warps' maps pass through it). Run as a script by ``test_triton_fwd_tlane.py``, in a process without TRITON_INTERPRET.
 Prints one "... ok" line per configuration with the registers; exit status 1 on any problem."""
 
 from __future__ import annotations
@@ -38,27 +38,31 @@ def main() -> int:
     bad = 0
     configs = list(
         itertools.product(
-            ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1,), (0,)
+            ("bf16", "fp32", "fp16"), (4096, 1001), (True, False), (True, False), (1,), (0,), (1,)
         )
     )  # (grouped B / C changes offsets only, not layouts: G = 2 ran the same, 2026-12-01)
     # the other places of the B / C loads (``BC_MODE``), bf16 and fp32 with every optional input
-    configs += [(dt, 4096, True, True, 1, m) for dt in ("bf16", "fp32") for m in (1, 2)]
-    for dt, L, aligned, opt, G, bc in configs:
+    configs += [(dt, 4096, True, True, 1, m, 1) for dt in ("bf16", "fp32") for m in (1, 2)]
+    # 2 warps a channel (``W``)
+    configs += [(dt, L, L == 4096, True, 1, 0, 2) for dt in ("bf16", "fp32") for L in (4096, 1001)]
+    configs += [("bf16", 4096, True, True, 1, bc, 2) for bc in (1, 2)]
+    for dt, L, aligned, opt, G, bc, W in configs:
         io = f"*{dt}"
         vals = dict(
             u=io, delta=io, A2="*fp32", Bt="*fp32", Ct="*fp32", Dv="*fp32", z=io,
-            delta_bias="*fp32", init="*fp32", out=io, ckpt="*fp32", last="*fp32", dim=1536,
-            L=L, LP=triton_fwd_tlane.tile_steps(L), G=G, NCK=num_checkpoints(L),
+            delta_bias="*fp32", init="*fp32", out=io, ckpt="*fp32", last="*fp32", xchg="*fp32", dim=1536,
+            L=L, LP=triton_fwd_tlane.tile_steps(L, W), G=G, NCK=num_checkpoints(L),
             SOFTPLUS=opt, NP=16, CK=CHECKPOINT_LEN, HAS_D=opt, HAS_Z=opt, HAS_BIAS=opt,
-            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt, BC_MODE=bc,
+            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt, BC_MODE=bc, W=W,
         )  # fmt: skip
         unaligned = () if aligned else ("u", "delta", "z", "out")
-        k = compile_sm90(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, vals, 1, unaligned)
+        k = compile_sm90(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, vals, W, unaligned)
         problem = triton_fwd_tlane.tlane_layout_problem(k.asm["ttgir"])
         res = usage(k.asm["cubin"])
-        if res.get("LOCAL", 0) or k.metadata.shared:
+        # shared memory only for the warps' maps at W = 2
+        if res.get("LOCAL", 0) or (k.metadata.shared and W == 1):
             problem = problem or f"spills ({res}) or shared memory ({k.metadata.shared})"
-        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G} bc={bc}"
+        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G} bc={bc} W={W}"
         if problem is None:
             print(f"{tag} regs={res['REG']} ok")
         else:

@@ -43,6 +43,7 @@ touching the loop.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -325,12 +326,30 @@ TLANE_MIN_CHANNELS = 512
 # 1.359 / 1.366 (fp32 alike); no mode is faster than the segment split (0.116, 1.045), so the
 # kernel stays off and the mode at 0
 TLANE_BC_MODE = 0
+# warps per channel of the time-lane kernel (its ``W``: 1 or 2), each with its own time lanes
+TLANE_WARPS = 1
+# extra launch options of the time-lane kernel (e.g. {"maxnreg": 128}), for the benchmark
+TLANE_OPTIONS: dict[str, int] = {}
 
 
 def steps_per_tile(NP: int) -> int:
     """TT (Note [selective scan forward layout]): 8 steps, NP when smaller."""
     return min(NP, 8)
 
+
+# the lane forward's y reduced over a tile's 4 lanes once per tile, not per step (its
+# ``Y_SCATTER``, ``triton_fwd_lane._y_scatter``; 16 states)
+LANE_Y_SCATTER = True
+
+# the real pass of a split lane forward capped at this many registers when it runs more than
+# LANE_SPLIT_CAP_WAVES waves of the programs that many registers fit on a multiprocessor (8
+# two-warp programs at 128): with ``Y_SCATTER`` the split kernel takes 130 (bf16 and fp32; 136
+# allocated: 7 programs), which costs whole waves there. H200, 2026-12-02, CUDA graphs, forward
+# ms, scatter / scatter capped: (1, 1024, 65536) (4096 programs, 3.9 waves of 8 per
+# multiprocessor) fp32 1.188 / 1.082, bf16 1.097 / 1.045; (1, 1536, 4096) (1536 programs, 1.5
+# waves) fp32 0.125 / 0.128, bf16 0.112 / 0.116, so uncapped there
+LANE_SPLIT_REGS = 128
+LANE_SPLIT_CAP_WAVES = 2
 
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
 # constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
@@ -372,6 +391,24 @@ def fwd_block_channels(
     return block_d, warps
 
 
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    """Multiprocessors of CUDA device ``index`` (None: the current one)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def split_cap(programs: int, warps: int, device: torch.device) -> dict[str, int]:
+    """The split lane forward's real-pass launch options: ``maxnreg`` = ``LANE_SPLIT_REGS`` when
+    its ``programs`` (of ``warps`` warps) run more than ``LANE_SPLIT_CAP_WAVES`` waves at that
+    many registers on ``device`` (CUDA; none elsewhere or when ``LANE_OPTIONS`` sets one)."""
+    if not LANE_SPLIT_REGS or "maxnreg" in LANE_OPTIONS or device.type != "cuda":
+        return {}
+    per_sm = 65536 // (LANE_SPLIT_REGS * 32 * warps)
+    if programs > LANE_SPLIT_CAP_WAVES * per_sm * _sm_count(device.index):
+        return {"maxnreg": LANE_SPLIT_REGS}
+    return {}
+
+
 def plan_knobs() -> tuple:
     """The module settings the forward's launches depend on (part of every eager plan's key,
     Note [eager launch plans]; ``tests/ops/common/test_launch_plan.py`` checks that every
@@ -381,8 +418,10 @@ def plan_knobs() -> tuple:
     tc = triton_common
     return (
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
+        TLANE_WARPS, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
-        tuple(LANE_OPTIONS.items()), FWD_UNROLL,
+        tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_SPLIT_REGS,
+        LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
     )  # fmt: skip
@@ -429,24 +468,29 @@ def _launch_tlane(
     last_state: torch.Tensor,
     checkpoints: torch.Tensor,
 ) -> None:
-    """The forward by ``triton_fwd_tlane`` (Note [selective scan forward time lanes]): one warp
-    per channel, N = 16, into ``checkpoints`` and ``last_state`` directly."""
+    """The forward by ``triton_fwd_tlane`` (Note [selective scan forward time lanes]):
+    ``TLANE_WARPS`` warps per channel, N = 16, into ``checkpoints`` and ``last_state``
+    directly."""
     batch, dim, L = u.shape
     G = int(num_groups(B))
-    LP = triton_fwd_tlane.tile_steps(L)
+    LP = triton_fwd_tlane.tile_steps(L, TLANE_WARPS)
     Bt, Ct = prep_BC_lane(B, C, batch, 16, LP)
     a_raw = u.dtype != torch.float32 and A.dtype == torch.float32 and A.is_contiguous()
     init = initial_state.contiguous() if initial_state is not None else None
+    xchg = None  # two warps' maps, per channel (``triton_fwd_tlane._warp_maps``)
+    if TLANE_WARPS == 2:
+        xchg = torch.empty((batch, dim, 2, 2, 2, 16), dtype=torch.float32, device=u.device)
     launcher(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, triton_fwd_tlane.check_tlane_layout())[
         (dim, batch)
     ](
         u.contiguous(), delta.contiguous(), A if a_raw else prep_A(A, 16), Bt, Ct,
         as_f32(D) if D is not None else None, z.contiguous() if z is not None else None,
         as_f32(delta_bias) if delta_bias is not None else None, init, out, checkpoints,
-        last_state, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
+        last_state, xchg, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
         CK=CHECKPOINT_LEN, HAS_D=D is not None, HAS_Z=z is not None,
         HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None, A_RAW=a_raw,
-        PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, num_warps=1,
+        PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, W=TLANE_WARPS,
+        num_warps=TLANE_WARPS, **TLANE_OPTIONS,
     )  # fmt: skip
 
 
@@ -538,7 +582,7 @@ def _launch(
         and batch * dim >= TLANE_MIN_CHANNELS
         and N == 16
         and L > 0
-        and CHECKPOINT_LEN % triton_fwd_tlane.TILE == 0
+        and CHECKPOINT_LEN % (triton_fwd_tlane.TILE * TLANE_WARPS) == 0
     ):
         try:
             _launch_tlane(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus,
@@ -591,8 +635,9 @@ def _launch(
     )
     if lane:
         args["LP"] = LP
-        consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, **LANE_OPTIONS)
-        kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL))
+        consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=LANE_Y_SCATTER,
+                      **LANE_OPTIONS)  # fmt: skip
+        kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL, True))
     else:
         consts["TT"] = TT
         kernel = launcher(_selective_scan_fwd_kernel)
@@ -640,6 +685,7 @@ def _launch(
             )
     if lane:
         last["last"] = last_state if direct else None
+    capped = split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {}
     kernel[(nblk, batch, nseg)](
         **args,
         **carried,
@@ -652,6 +698,7 @@ def _launch(
         SEG=seg,
         LOCAL=False,
         **consts,
+        **capped,
         **({"UNROLL": FWD_UNROLL[0]} if lane else {}),
     )
     if not direct:

@@ -27,15 +27,26 @@ slower than the 2-D one at large batch (0.97 vs 0.81 ms fp32). With it: 0.67 vs 
 1.23 vs 1.50 / 1.15 vs 1.43 at (1, 1024, 65536, 16); 0.14 vs 0.17 / 0.14 vs 0.16 at (1, 1536,
 4096, 16) under CUDA graphs (eager batch 1 is host-bound).
 
+At 16 states (KL = 4, TPL = 2) y is reduced over the 4 lanes once per tile, not per step
+(``Y_SCATTER``, ``_y_scatter``): each step leaves each lane's partial sum over its 4 states, and
+two butterfly rounds reduce the 8 steps and scatter them so that lane k keeps steps 2 k, 2 k + 1
+(6 shuffles and adds a tile, not 16, and no per-step select into the tile): sm_90, 46.1 against
+47.4 instructions per thread-step at batch 1, 44.8 / 42.4 against 45.0 / 43.9 (bf16 / fp32)
+at (8, 4096, 2048). H200, 2026-12-02, CUDA graphs, forward ms, per step -> per tile: (8, 4096,
+2048) fp32 0.655 -> 0.637, bf16 0.617 -> 0.586; (16, 1536, 1024) 0.290 -> 0.284, 0.251 ->
+0.240; (1, 1536, 4096) 0.129 -> 0.125, 0.116 -> 0.112; (1, 1024, 65536) 1.096 -> 1.082, 1.045
+-> 1.045 (capped at 128 registers there: ``triton_fwd.split_cap``).
+
 The shuffle relies on the layout Triton derives for these shapes: dimension 1 (k) on KL
 consecutive lanes, aligned to KL (``threadsPerWarp`` [32 / KL, KL, 1], the contiguous dimension
 last). Loads and stores go through (BLOCK_D, TT) / (BLOCK_D, NP) blocks reshaped to 3-D: with
 3-D offsets Triton's coalescing orders the dimensions by contiguity and puts the 32 lanes on the
 channels instead (Triton 3.6). ``lane_layout_problem`` reads the compiled TTGIR for exactly that
-(every shuffle's operand a blocked layout with KL lanes along dimension 1, fastest); the eager
-launcher runs it on every kernel it compiles before the first launch and the launcher falls back
-to the 2-D kernel if it fails; ``tests/ops/selective_scan/test_triton_fwd_lane.py`` compiles the
-kernel for sm_90 offline (no GPU) and checks it too. The GPU tests check every output against
+(every shuffle's operand, broadcasts and butterflies, a blocked layout with KL lanes along
+dimension 1, fastest); the eager launcher runs it on every kernel it compiles before the first
+launch and the launcher falls back to the 2-D kernel if it fails;
+``tests/ops/selective_scan/test_triton_fwd_lane.py`` compiles the kernel for sm_90 offline (no
+GPU) and checks it too. The GPU tests check every output against
 float64 over the test grid; under the interpreter (no inline PTX) the broadcast is the masked sum.
 """
 
@@ -49,7 +60,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
-from ssmscan.ops.selective_scan.triton_common import _PTX, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
 
 
 @triton.jit
@@ -89,6 +100,36 @@ def _lane_bcast(v, o_k, K: tl.constexpr, KL: tl.constexpr):
         return r.to(tl.float32, bitcast=True)
     else:
         return tl.sum(tl.where(o_k[None, :] == K, v, 0.0), axis=1)[:, None]
+
+
+@triton.jit
+def _k_xor(x, M: tl.constexpr, o_k2):
+    """x (rows, KL) of lane k ^ M within the channel's lanes (``shfl.sync.bfly``). Interpreted:
+    a gather (o_k2: (1, KL) lane index)."""
+    if _PTX:
+        return _bfly(x, M)
+    else:
+        return tl.gather(x, tl.broadcast_to(o_k2 ^ M, x.shape), axis=1)
+
+
+@triton.jit
+def _y_scatter(ys, o_k2):
+    """The 8 steps' y of a tile from ``ys``, 8 (rows, KL = 4) per-lane partial sums (lane k's
+    states), reduced over the 4 lanes and scattered so that lane k keeps steps 2 k, 2 k + 1:
+    (rows, 4, 2), a (rows, KL, TPL) tile. Two butterfly rounds: lanes 2 apart exchange the
+    half of the steps the other keeps (4 shuffles), then lanes 1 apart (2): 6 shuffles and
+    adds for the 8 steps, where a full reduction per step takes 16."""
+    hi = ((o_k2 >> 1) & 1) == 1
+    r = ()
+    for m in tl.static_range(4):
+        keep = tl.where(hi, ys[4 + m], ys[m])
+        send = tl.where(hi, ys[m], ys[4 + m])
+        r = r + (keep + _k_xor(send, 2, o_k2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    odd = (o_k2 & 1) == 1
+    # (mypy sees r as the empty tuple it starts as)
+    y0 = tl.where(odd, r[2], r[0]) + _k_xor(tl.where(odd, r[0], r[2]), 1, o_k2)  # type: ignore[misc]
+    y1 = tl.where(odd, r[3], r[1]) + _k_xor(tl.where(odd, r[1], r[3]), 1, o_k2)  # type: ignore[misc]
+    return tl.join(y0, y1)
 
 
 @triton.jit
@@ -172,6 +213,7 @@ def _fwd_tile_lane(
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     LOCAL: tl.constexpr,
+    Y_SCATTER: tl.constexpr = False,
 ):
     """TT = KL * TPL steps t0 .. t0 + TT - 1 from their inputs ``ins`` (``_lane_loads``; Note
     [selective scan forward lanes]); stores y unless LOCAL. o_j (1, KL, TPL): a tile element's
@@ -190,15 +232,24 @@ def _fwd_tile_lane(
     if LOCAL:
         dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
     b_du = b_dt * b_u
+    # y: at KL = 4 and TPL = 2 (16 states) each lane's partial sums, reduced and scattered over
+    # the lanes once per tile (``_y_scatter``); else reduced per step
+    SCATTER: tl.constexpr = Y_SCATTER and KL == 4 and TPL == 2
     b_y = tl.zeros_like(b_u)
+    ys = ()
     for j in tl.static_range(TT):
         b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
         b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
         h = tl.exp2(b_dtj * b_A2) * h + b_duj * Bs[j]
         if not LOCAL:
-            b_yj = tl.sum(tl.sum(h * Cs[j], axis=2), axis=1)
-            b_y = tl.where(o_j == j, b_yj[:, None, None], b_y)
+            if SCATTER:
+                ys = ys + (tl.sum(h * Cs[j], axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            else:
+                b_yj = tl.sum(tl.sum(h * Cs[j], axis=2), axis=1)
+                b_y = tl.where(o_j == j, b_yj[:, None, None], b_y)
     if not LOCAL:
+        if SCATTER:
+            b_y = _y_scatter(ys, o_k[None, :])
         if HAS_D:
             b_y += b_D[:, None, None] * b_u
         if HAS_Z:
@@ -279,6 +330,8 @@ def _selective_scan_fwd_lane_kernel(
     A_RAW: tl.constexpr,  # A2 is A: scaled by log2(e) here (the same fp32 product)
     HAS_LAST: tl.constexpr,  # also write the final state to ``last``
     UNROLL: tl.constexpr = 1,  # tiles per loop iteration (``triton_fwd.FWD_UNROLL``)
+    # y reduced over a tile's lanes once per tile (``_y_scatter``; ``triton_fwd.LANE_Y_SCATTER``)
+    Y_SCATTER: tl.constexpr = False,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -365,6 +418,7 @@ def _selective_scan_fwd_lane_kernel(
             HAS_Z,
             HAS_BIAS,
             LOCAL,
+            Y_SCATTER,
         )
     if LOCAL:
         p_seg = seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn
@@ -378,6 +432,12 @@ def _selective_scan_fwd_lane_kernel(
 
 _SHFL = re.compile(
     r'tt\.elementwise_inline_asm "shfl\.sync\.idx[^"]*".*?'
+    r": tensor<(\d+)x(\d+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
+)
+# ... and the butterflies (the forward's ``_y_scatter``; the backward's lane kernels shuffle rows
+# with them, so their check reads ``shfl.sync.idx`` only)
+_SHFL_BFLY = re.compile(
+    r'tt\.elementwise_inline_asm "shfl\.sync\.(?:idx|bfly)[^"]*".*?'
     r": tensor<(\d+)x(\d+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
 )
 _ALIAS = re.compile(r"^(#\w+) = (#ttg\.\w+<\{.*\}>)", re.M)
@@ -425,15 +485,16 @@ def _bases(enc: str, aliases: dict[str, str]) -> dict[str, list[tuple[int, ...]]
     return out
 
 
-def lane_layout_problem(ttgir: str, KL: int) -> str | None:
+def lane_layout_problem(ttgir: str, KL: int, bfly: bool = False) -> str | None:
     """What breaks the shuffles' layout assumption (Note [selective scan forward lanes]) in a
-    compiled lane kernel's TTGIR, or None when the operand of every ``shfl.sync.idx``, a
-    (BLOCK_D, KL) tensor, has its column k on lane bits 0 .. log2(KL) - 1 and on nothing else
-    (blocked, linear or slice layouts; a layout the check cannot read is a problem)."""
+    compiled lane kernel's TTGIR, or None when the operand of every ``shfl.sync.idx`` (and
+    ``shfl.sync.bfly`` with ``bfly``), a (BLOCK_D, KL) tensor, has its column k on lane bits 0
+    .. log2(KL) - 1 and on nothing else (blocked, linear or slice layouts; a layout the check
+    cannot read is a problem)."""
     if KL == 1:
         return None
     aliases = dict(_ALIAS.findall(ttgir))
-    found = _SHFL.findall(ttgir)
+    found = (_SHFL_BFLY if bfly else _SHFL).findall(ttgir)
     if not found:
         return "no shfl.sync.idx in the TTGIR"
     bits = KL.bit_length() - 1
@@ -456,12 +517,12 @@ class LaneLayoutError(RuntimeError):
 
 
 @functools.cache
-def check_lane_layout(KL: int) -> Any:
-    """A ``launcher`` check: raise ``LaneLayoutError`` on ``lane_layout_problem`` (one per KL, so
-    that ``launcher`` keeps one launcher per kernel and KL)."""
+def check_lane_layout(KL: int, bfly: bool = False) -> Any:
+    """A ``launcher`` check: raise ``LaneLayoutError`` on ``lane_layout_problem`` (one per KL and
+    ``bfly``, so that ``launcher`` keeps one launcher per kernel and check)."""
 
     def check(compiled: Any) -> None:
-        problem = lane_layout_problem(compiled.asm["ttgir"], KL)
+        problem = lane_layout_problem(compiled.asm["ttgir"], KL, bfly)
         if problem is not None:
             raise LaneLayoutError(
                 f"ssmscan's lane forward kernel compiled (Triton {triton.__version__}) to a layout "

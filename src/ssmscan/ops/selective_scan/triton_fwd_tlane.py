@@ -47,8 +47,23 @@ against the split's 62.2M (local 23.8M + real 38.4M), but 11.6 warps per multipr
 (occupancy 18%), 0.55 eligible warps per scheduler, issue slots 31-36% busy, where the split's
 passes run 50-55% busy at 1.0-1.2 eligible. Loading a tile's 16 B / C rows at its top
 (``BC_MODE`` 1) took the kernel from 136 to 125 us there, but was slower at (1, 1024, 65536);
-more warps per channel (the states split over two warps, y summed across them) is what the
-figures point at, not yet written.
+more warps per channel is what the figures point at.
+
+Two warps a channel (``W`` = 2, ``triton_fwd.TLANE_WARPS``): a tile of 128 steps, warp w its
+time lanes 8 w .. 8 w + 7 (rows r = 8 w + i, the warp on the row's bit 3), every lane's work as
+at W = 1. The in-warp scan gives each warp the map over its half of the tile; each warp's last
+time lane stores it to a per-channel scratch (two slots, by tile parity), one barrier, every
+thread loads both (``_warp_maps``) and composes: warp 1 starts from P0 h + Q0, the next tile
+from P1 (P0 h + Q0) + Q1, the exchange off h's chain. sm_90: 680 instructions per warp and
+tile against 624, one BAR, 148-168 registers. H200, 2026-12-02, CUDA graphs, ms, split / W 1 /
+W 2 (BC_MODE 1): (1, 1536, 4096) bf16 0.116 / 0.130 / 0.121, fp32 0.129 / 0.131 / 0.124;
+(1, 1024, 65536) bf16 1.045 / 1.369 / 1.226, fp32 1.099 / 1.421 / 1.237. Faster than one warp,
+and at 4096 steps in fp32 than the split, but not in bf16: at 148-168 registers two-warp
+programs fit 12-13 warps a multiprocessor (Nsight Compute: occupancy 19%, 1.3-1.9 waves), so
+the doubled warps barely raise the warps resident. An earlier form split the states over the
+warps instead (y summed through shared memory): every warp then repeats the per-step scalar
+work and the sum costs five barriers a tile, 69M instructions against 44M and 2.3-2.9x the
+time; it is gone.
 """
 
 from __future__ import annotations
@@ -63,7 +78,6 @@ import triton.language as tl
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.selective_scan.triton_common import (
     _PTX,
-    _bfly,
     _prefetch_l1,
     _sigmoid,
     _softplus,
@@ -74,6 +88,7 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _bases,
     _lane_bcast,
     _slot,
+    _y_scatter,
 )
 
 TL = 8  # time lanes per channel (lane bits 2-4)
@@ -82,9 +97,11 @@ TILE = TL * TPT  # steps per tile
 
 
 @triton.jit
-def _rows_up(x, D: tl.constexpr, o_i):
-    """Row i - D's x for rows i >= D (lane - 4 D: rows are lane bits 2-4); rows below D get
-    their own on the GPU, row 0's interpreted (a gather): callers mask them either way."""
+def _rows_up(x, D: tl.constexpr, o_r):
+    """Row r - D's x for the rows of time lane i >= D (lane - 4 D: the time lanes are lane bits
+    2-4 of each warp, rows r = w * TL + i); rows of time lanes below D get their own on the
+    GPU, another row's interpreted (a gather; ``o_r`` the row index): callers mask them either
+    way."""
     if _PTX:
         xi = x.to(tl.int32, bitcast=True)
         if D == 1:
@@ -101,14 +118,14 @@ def _rows_up(x, D: tl.constexpr, o_i):
             )
         return r.to(tl.float32, bitcast=True)
     else:
-        idx = tl.broadcast_to(tl.maximum(o_i - D, 0), x.shape)
+        idx = tl.broadcast_to(tl.maximum(o_r - D, 0), x.shape)
         return tl.gather(x, idx, axis=0)
 
 
 @triton.jit
-def _rows_last(x, o_k):
-    """Every row gets row TL - 1's x (lane 28 + k's: ``shfl.sync.idx``). Interpreted: a
-    gather."""
+def _rows_last(x, o_k, o_r, TL: tl.constexpr):
+    """Every row gets the last time lane's x of its warp (row w * TL + TL - 1; lane 28 + k's:
+    ``shfl.sync.idx``). Interpreted: a gather (``o_r`` the row index)."""
     if _PTX:
         xi = x.to(tl.int32, bitcast=True)
         src = tl.broadcast_to(28 + o_k, x.shape)
@@ -117,17 +134,31 @@ def _rows_last(x, o_k):
         )
         return r.to(tl.float32, bitcast=True)
     else:
-        idx = tl.full(x.shape, x.shape[0] - 1, tl.int32)
+        idx = tl.broadcast_to((o_r // TL) * TL + TL - 1, x.shape)
         return tl.gather(x, idx, axis=0)
 
 
 @triton.jit
-def _k_xor(x, M: tl.constexpr, o_k2):
-    """x (TL, KL) of state lane k ^ M (lane ^ M: ``shfl.sync.bfly``). Interpreted: a gather."""
-    if _PTX:
-        return _bfly(x, M)
-    else:
-        return tl.gather(x, tl.broadcast_to(o_k2 ^ M, x.shape), axis=1)
+def _warp_maps(P, Q, xchg, t0, o_r, o_in, TL: tl.constexpr, TILE: tl.constexpr):
+    """Both warps' maps h -> P h + Q over their halves of the tile, (P0, Q0, P1, Q1), in every
+    row (W = 2; P / Q (R, KL, SPT) after the scan, each warp's last time lane holding its whole
+    map): that lane stores them into ``xchg`` (the program's (2, W, 2, NP) fp32, a slot per
+    tile parity), a barrier, every thread loads both. Two slots: a warp cannot be a whole tile
+    ahead, so nothing is overwritten before the other warp read it."""
+    NP: tl.constexpr = o_in.shape[1]
+    S3: tl.constexpr = P.shape
+    R: tl.constexpr = o_r.shape[0]
+    p_x = xchg + ((t0 // TILE) % 2) * (4 * NP)
+    last = ((o_r % TL) == TL - 1)[:, None]  # (R, 1): each warp's last time lane
+    p_w = p_x + (o_r // TL)[:, None] * (2 * NP) + o_in  # (R, NP): its warp's map
+    tl.store(p_w, tl.reshape(P, (R, NP)), mask=last)
+    tl.store(p_w + NP, tl.reshape(Q, (R, NP)), mask=last)
+    tl.debug_barrier()
+    P0 = tl.reshape(tl.load(p_x + o_in), S3)
+    Q0 = tl.reshape(tl.load(p_x + NP + o_in), S3)
+    P1 = tl.reshape(tl.load(p_x + 2 * NP + o_in), S3)
+    Q1 = tl.reshape(tl.load(p_x + 3 * NP + o_in), S3)
+    return P0, Q0, P1, Q1
 
 
 @triton.jit
@@ -168,9 +199,10 @@ def _tlane_bc_rows(p_B, p_C, t0, NP: tl.constexpr, S3: tl.constexpr, TPT: tl.con
 
 @triton.jit
 def _prefetch_tile_l1(Bt, Ct, row0, o_lane):
-    """``prefetch.global.L1`` of a tile's B and C rows (64 steps x 16 states fp32 = 32 lines
-    of 128 bytes each) from element ``row0``: one line of each per lane. A hint (no layout
-    assumption: a different layout only prefetches a line twice); nothing interpreted."""
+    """``prefetch.global.L1`` of a tile's B and C rows (W x 64 steps x 16 states fp32 = W x 32
+    lines of 128 bytes each) from element ``row0``: one line of each per lane (``o_lane`` 0 ..
+    32 W - 1). A hint (no layout assumption: a different layout only prefetches a line twice);
+    nothing interpreted."""
     if _PTX:
         for X in tl.static_range(2):
             p = (Bt if X == 0 else Ct) + row0 + o_lane * 32
@@ -191,6 +223,7 @@ def _selective_scan_fwd_tlane_kernel(
     out,  # (batch, dim, L) output, u's dtype
     ckpt,  # (batch, dim, NCK, NP) fp32: state before each chunk, last entry the final state
     last,  # (batch, dim, NP) fp32 out: the final state
+    xchg,  # W = 2: (batch, dim, 2, W, 2, NP) fp32 scratch, the warps' maps (``_warp_maps``)
     dim,  # channels
     L,  # sequence length
     LP,  # steps of Bt / Ct
@@ -210,28 +243,34 @@ def _selective_scan_fwd_tlane_kernel(
     # where the tile's B / C rows are loaded (``BC_MODE``): 0 each where it is used, 1 all 16 at
     # the top of the iteration, 2 the next tile's at the top (held in registers a tile ahead)
     BC_MODE: tl.constexpr = 0,
+    # warps per channel (``triton_fwd.TLANE_WARPS``, 1 or 2): a tile of W x 64 steps, warp w
+    # its time lanes w * 8 .. w * 8 + 7; the warps' maps composed through shared memory
+    W: tl.constexpr = 1,
 ):
     tl.static_assert(NP == 16)
-    TL: tl.constexpr = 8
+    tl.static_assert(W == 1 or W == 2)
+    TL: tl.constexpr = 8  # time lanes a warp
     KL: tl.constexpr = 4
+    R: tl.constexpr = W * TL  # rows: time lane r = w * TL + i, lane i of warp w
     SPT: tl.constexpr = NP // KL
-    TPL: tl.constexpr = 2  # steps per state lane in the (TL, KL, TPL) tiles
+    TPL: tl.constexpr = 2  # steps per state lane in the (R, KL, TPL) tiles
     TPT: tl.constexpr = KL * TPL
-    TILE: tl.constexpr = TL * TPT
-    S3: tl.constexpr = (TL, KL, SPT)
+    TILE: tl.constexpr = R * TPT
+    S3: tl.constexpr = (R, KL, SPT)
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
-    o_i = tl.arange(0, TL)
-    o_k = tl.arange(0, KL)
+    o_r = tl.arange(0, R)
     o_n = tl.arange(0, NP)
-    o_i3 = o_i[:, None, None]
+    o_k = tl.arange(0, KL)
+    o_r3 = o_r[:, None, None]
+    o_i3 = o_r3 % TL  # the time lane within its warp
     o_k2 = o_k[None, :]
     o_k3 = o_k[None, :, None]
-    o_in = o_i[:, None] * 0 + o_n[None, :]  # (TL, NP): state n in every row
-    o_t = o_i[:, None] * TPT + tl.arange(0, TPT)[None, :]  # (TL, TPT): step within the tile
-    o_j = tl.reshape(o_t, (TL, KL, TPL))
-    o_lane = o_i[:, None] * KL + o_k[None, :]  # (TL, KL)
-    row0 = (o_i == 0)[:, None] & (o_n < NP)[None, :]  # (TL, NP): stores from one row
+    o_in = o_r[:, None] * 0 + o_n[None, :]  # (R, NP): state n in every row
+    o_t = o_r[:, None] * TPT + tl.arange(0, TPT)[None, :]  # (R, TPT): step within the tile
+    o_j = tl.reshape(o_t, (R, KL, TPL))
+    o_lane = o_r[:, None] * KL + o_k[None, :]  # (R, KL)
+    row0 = (o_r == 0)[:, None] & (o_n < NP)[None, :]  # (R, NP): stores from one row
 
     b_A2 = tl.reshape(tl.load(A2 + i_d * NP + o_in), S3)
     if A_RAW:
@@ -242,22 +281,22 @@ def _selective_scan_fwd_tlane_kernel(
     row = ch * L
     grp = i_d // (dim // G)
     bc = (i_b * G + grp) * LP * NP
-    p_B = Bt + bc + (o_i[:, None] * TPT) * NP + o_in  # (TL, NP): + (t0 + j) * NP
-    p_C = Ct + bc + (o_i[:, None] * TPT) * NP + o_in
+    p_B = Bt + bc + (o_r[:, None] * TPT) * NP + o_in  # (R, NP): + (t0 + j) * NP
+    p_C = Ct + bc + (o_r[:, None] * TPT) * NP + o_in
     p_ck = ckpt + ch * (NCK * NP) + o_in
     if HAS_INIT:
         h = tl.reshape(tl.load(init + ch * NP + o_in), S3)
     else:
         h = tl.zeros(S3, dtype=tl.float32)
-    nxt = _tlane_loads(u, delta, z, row, 0, L, o_t, TL, KL, TPL, HAS_Z)
+    nxt = _tlane_loads(u, delta, z, row, 0, L, o_t, R, KL, TPL, HAS_Z)
     if BC_MODE == 2:
         nbc = _tlane_bc_rows(p_B, p_C, 0, NP, S3, TPT)
     for t0 in range(0, L, TILE):
         t0 = tl.multiple_of(t0, TILE)
         if t0 % CK == 0:
-            tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (TL, NP)), mask=row0)
+            tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (R, NP)), mask=row0)
         b_u, b_x, b_z = nxt
-        nxt = _tlane_loads(u, delta, z, row, t0 + TILE, L, o_t, TL, KL, TPL, HAS_Z)
+        nxt = _tlane_loads(u, delta, z, row, t0 + TILE, L, o_t, R, KL, TPL, HAS_Z)
         if BC_MODE == 1:
             rBs, rCs = _tlane_bc_rows(p_B, p_C, t0, NP, S3, TPT)
         elif BC_MODE == 2:
@@ -293,17 +332,27 @@ def _selective_scan_fwd_tlane_kernel(
             else:
                 Q = a * Q + b
                 P = a * P
-        # 2. inclusive scan of the maps over the time lanes (earlier lane first)
+        # 2. inclusive scan of the maps over each warp's time lanes (earlier lane first)
         for e in tl.static_range(3):
-            Pp = _rows_up(P, 1 << e, o_i3)
-            Qp = _rows_up(Q, 1 << e, o_i3)
+            Pp = _rows_up(P, 1 << e, o_r3)
+            Qp = _rows_up(Q, 1 << e, o_r3)
             has = o_i3 >= (1 << e)
             Q = tl.where(has, P * Qp + Q, Q)
             P = tl.where(has, P * Pp, P)
-        E = P * h + Q
+        if W == 1:
+            g0 = h
+            E = P * h + Q
+            h = _rows_last(E, o_k3, o_r3, TL)  # 4. the next tile's start
+        else:
+            # the warps' whole maps (their last time lane's), both in every row; warp 1 starts
+            # from warp 0's end, the next tile from warp 1's (independent of h: off its chain)
+            P0, Q0, P1, Q1 = _warp_maps(P, Q, xchg + ch * (8 * NP), t0, o_r, o_in, TL, TILE)
+            h1 = P0 * h + Q0
+            g0 = tl.where(o_r3 < TL, h, h1)
+            E = P * g0 + Q
+            h = P1 * h1 + Q1  # 4. the next tile's start
         # 3. each time lane from the state before it, again through its steps
-        g = tl.where(o_i3 == 0, h, _rows_up(E, 1, o_i3))
-        h = _rows_last(E, o_k3)  # 4. the next tile's start
+        g = tl.where(o_i3 == 0, g0, _rows_up(E, 1, o_r3))
         ys = ()
         for j in tl.static_range(TPT):
             if BC_MODE == 0:
@@ -312,34 +361,23 @@ def _selective_scan_fwd_tlane_kernel(
                 b_C = rCs[j]
             g = As[j] * g + Bs[j]
             ys = ys + (tl.sum(g * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        # reduce-scatter over the state lanes: lane k keeps steps 2 k, 2 k + 1
-        hi = ((o_k2 >> 1) & 1) == 1
-        r = ()
-        for m in tl.static_range(4):
-            keep = tl.where(hi, ys[4 + m], ys[m])
-            send = tl.where(hi, ys[m], ys[4 + m])
-            r = r + (keep + _k_xor(send, 2, o_k2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        odd = (o_k2 & 1) == 1
-        # (mypy sees r as the empty tuple it starts as)
-        y0 = tl.where(odd, r[2], r[0]) + _k_xor(tl.where(odd, r[0], r[2]), 1, o_k2)  # type: ignore[misc]
-        y1 = tl.where(odd, r[3], r[1]) + _k_xor(tl.where(odd, r[1], r[3]), 1, o_k2)  # type: ignore[misc]
-        b_y = tl.join(y0, y1)  # (TL, KL, TPL): step 8 i + 2 k + s
+        b_y = _y_scatter(ys, o_k2)  # (R, KL, TPL): step 8 r + 2 k + s
         if HAS_D:
             b_y += b_D * b_u
         if HAS_Z:
             b_zf = b_z.to(tl.float32)
             b_y *= b_zf * _sigmoid(b_zf)
         m = (t0 + o_t) < L
-        tl.store(out + row + t0 + o_t, tl.reshape(b_y, (TL, TPT)).to(out.dtype.element_ty), mask=m)
+        tl.store(out + row + t0 + o_t, tl.reshape(b_y, (R, TPT)).to(out.dtype.element_ty), mask=m)
     NC = NCK - 1
-    tl.store(p_ck + NC * NP, tl.reshape(h, (TL, NP)), mask=row0)  # the final entry
-    tl.store(last + ch * NP + o_in, tl.reshape(h, (TL, NP)), mask=row0)
+    tl.store(p_ck + NC * NP, tl.reshape(h, (R, NP)), mask=row0)  # the final entry
+    tl.store(last + ch * NP + o_in, tl.reshape(h, (R, NP)), mask=row0)
 
 
-def tile_steps(L: int) -> int:
-    """LP of the time-lane kernel's B / C copies: whole tiles and one more (the next tile's
-    loads and L1 prefetch), a multiple of 16."""
-    return (cdiv(L, TILE) + 1) * TILE
+def tile_steps(L: int, W: int = 1) -> int:
+    """LP of the time-lane kernel's B / C copies at W warps a channel: whole tiles of W x 64
+    steps and one more (the next tile's loads and L1 prefetch), a multiple of 16."""
+    return (cdiv(L, TILE * W) + 1) * TILE * W
 
 
 _SHUFFLE = re.compile(
@@ -351,8 +389,9 @@ _SHUFFLE = re.compile(
 def tlane_layout_problem(ttgir: str) -> str | None:
     """What breaks the time-lane kernel's shuffles (Note [selective scan forward time lanes]) in
     its compiled TTGIR, or None when every shuffle operand has lane bits 0-1 on dimension 1
-    (the state lane) and 2-4 on dimension 0 (the time lane), and nothing else of those two
-    dimensions in registers or warps."""
+    (the state lane) and 2-4 on dimension 0 (the time lane), the warp bits on dimension 0's
+    next bits (the warp's rows: R = 8 W rows, one warp bit per doubling) and nothing else of
+    those two dimensions in registers or warps."""
     aliases = dict(_ALIAS.findall(ttgir))
     found = _SHUFFLE.findall(ttgir)
     if not found:
@@ -368,8 +407,10 @@ def tlane_layout_problem(ttgir: str) -> str | None:
             return tuple(v if i == d else 0 for i in range(rank))
 
         want = [unit(1, 1), unit(1, 2), unit(0, 1), unit(0, 2), unit(0, 4)]
-        rest = b["register"] + b["warp"]
-        if b["lane"] != want or any(v[0] or v[1] for v in rest):
+        # W warps a channel: rows w * 8 + i, w on the warp bits (R = 8 W rows)
+        warps = int(shape.split("x")[0]) // 8
+        want_w = [unit(0, 8 << m) for m in range(warps.bit_length() - 1)]
+        if b["lane"] != want or b["warp"] != want_w or any(v[0] or v[1] for v in b["register"]):
             return f"a shuffle operand ({shape}) has layout {aliases.get(enc, enc)}"
     return None
 
