@@ -327,7 +327,7 @@ def main():
     ap.add_argument(
         "--fwd-variants",
         default=triton_fwd.FWD_VARIANT,
-        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; suffixed keys as above)",
+        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; lane-aN: LANE_AHEAD = N; suffixed keys as above)",
     )
     ap.add_argument(
         "--plans",
@@ -352,7 +352,7 @@ def main():
         else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
     )
     default_bwd, default_fwd = triton_bwd.BWD_VARIANT, triton_fwd.FWD_VARIANT
-    default_scatter = triton_fwd.LANE_Y_SCATTER
+    default_scatter, default_ahead = triton_fwd.LANE_Y_SCATTER, triton_fwd.LANE_AHEAD
     variants = [
         (ck, tw, bv, fv)
         for ck in [int(c) for c in args.ck.split(",")]
@@ -407,6 +407,9 @@ def main():
                 fopts = fv.split("-")[1:]
                 # "-nosc": triton_fwd.LANE_Y_SCATTER off
                 triton_fwd.LANE_Y_SCATTER = default_scatter and "nosc" not in fopts
+                # "-aN": triton_fwd.LANE_AHEAD = N
+                ahead = [int(o[1:]) for o in fopts if o[:1] == "a" and o[1:].isdigit()]
+                triton_fwd.LANE_AHEAD = ahead[0] if ahead else default_ahead
                 bcs = [int(o[2:]) for o in fopts if o.startswith("bc")]
                 triton_fwd.TLANE_BC_MODE = bcs[0] if bcs else 0
                 ws = [int(o[1:]) for o in fopts if o.startswith("w")]
@@ -459,7 +462,7 @@ def main():
             triton_fwd.FWD_VARIANT = default_fwd
             triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = False, 0
             triton_fwd.TLANE_WARPS, triton_fwd.TLANE_OPTIONS = 1, {}
-            triton_fwd.LANE_Y_SCATTER = default_scatter
+            triton_fwd.LANE_Y_SCATTER, triton_fwd.LANE_AHEAD = default_scatter, default_ahead
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs

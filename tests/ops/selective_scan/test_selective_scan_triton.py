@@ -639,6 +639,36 @@ def test_triton_interpreter_forward_unrolled(L, monkeypatch):
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("L", [45, 141])
+def test_triton_interpreter_forward_two_tiles_ahead(L, monkeypatch):
+    """``triton_fwd.LANE_AHEAD`` = 2: u, delta, z loaded two tiles ahead (the last tiles' loads
+    past the segment masked); L = 141 in segments."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_AHEAD", 2)
+    _run_case(1, 3, L, 16, None, True, True, True, torch.float32, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_forward_two_tiles_ahead(
+    batch, dim, L, N, groups, dtype, segmenting, monkeypatch
+):
+    """The lane forward with ``triton_fwd.LANE_AHEAD`` = 2 on the GPU: outputs, checkpoints and
+    gradients against float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_AHEAD", 2)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_interpreter_forward_without_y_scatter(monkeypatch):
     """``triton_fwd.LANE_Y_SCATTER`` off: the lane forward reduces y per step (in segments)."""
     from ssmscan.ops.selective_scan import triton_fwd

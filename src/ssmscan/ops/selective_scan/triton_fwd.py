@@ -348,6 +348,13 @@ LANE_Y_SCATTER = True
 # ms, scatter / scatter capped: (1, 1024, 65536) (4096 programs, 3.9 waves of 8 per
 # multiprocessor) fp32 1.188 / 1.082, bf16 1.097 / 1.045; (1, 1536, 4096) (1536 programs, 1.5
 # waves) fp32 0.125 / 0.128, bf16 0.112 / 0.116, so uncapped there
+# tiles ahead the lane forward loads u, delta and z (its ``AHEAD``: 1 or 2; B / C one). 2 moves
+# those loads from late in the iteration (where ptxas puts them at 1) to its top; against the
+# global-load waits Nsight Compute shows it did not help: H200, 2026-12-02, CUDA graphs, forward
+# ms, 1 / 2: (8, 4096, 2048) fp32 0.642 / 0.751, bf16 0.588 / 0.597; (16, 1536, 1024) 0.288 /
+# 0.352, 0.246 / 0.249; (1, 1536, 4096) 0.126 / 0.128, 0.113 / 0.115; (1, 1024, 65536) 1.078 /
+# 1.077, 1.031 / 1.023. So 1
+LANE_AHEAD = 1
 LANE_SPLIT_REGS = 128
 LANE_SPLIT_CAP_WAVES = 2
 
@@ -420,7 +427,7 @@ def plan_knobs() -> tuple:
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
         TLANE_WARPS, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
-        tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_SPLIT_REGS,
+        tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_SPLIT_REGS,
         LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
@@ -636,7 +643,7 @@ def _launch(
     if lane:
         args["LP"] = LP
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=LANE_Y_SCATTER,
-                      **LANE_OPTIONS)  # fmt: skip
+                      AHEAD=LANE_AHEAD, **LANE_OPTIONS)  # fmt: skip
         kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL, True))
     else:
         consts["TT"] = TT

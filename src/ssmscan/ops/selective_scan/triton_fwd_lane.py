@@ -152,6 +152,15 @@ def _lane_loads(
     """The inputs of the TT = KL * TPL steps from t0 (Note [selective scan forward lanes]): u,
     delta, z (u when there is none) as loaded, (BLOCK_D, KL, TPL); B_t / C_t (1, KL, SPT) fp32,
     time-padded, no mask (C: B's when LOCAL)."""
+    b_u, b_x, b_z = _lane_elem_loads(u, delta, z, row, m_d, t0, t_end, KL, TPL, HAS_Z, LOCAL)
+    Bs, Cs = _lane_bc_loads(u, p_B, p_C, t0, NP, KL, TPL, LOCAL)
+    return b_u, b_x, b_z, Bs, Cs
+
+
+@triton.jit
+def _lane_elem_loads(u, delta, z, row, m_d, t0, t_end, KL: tl.constexpr, TPL: tl.constexpr,
+                     HAS_Z: tl.constexpr, LOCAL: tl.constexpr):  # fmt: skip
+    """``_lane_loads``' u, delta, z (u when there is none or LOCAL), (BLOCK_D, KL, TPL)."""
     TT: tl.constexpr = KL * TPL
     T3: tl.constexpr = (row.shape[0], KL, TPL)
     # loads as (BLOCK_D, TT), reshaped: the layout Triton gives them puts a row's TT steps on KL
@@ -165,6 +174,14 @@ def _lane_loads(
         b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3)
     else:
         b_z = b_u
+    return b_u, b_x, b_z
+
+
+@triton.jit
+def _lane_bc_loads(u, p_B, p_C, t0, NP: tl.constexpr, KL: tl.constexpr, TPL: tl.constexpr,
+                   LOCAL: tl.constexpr):  # fmt: skip
+    """``_lane_loads``' B_t / C_t rows of the tile from t0 (u: for its dtype only)."""
+    TT: tl.constexpr = KL * TPL
     Bs = ()
     Cs = ()
     # 16-bit inputs: the tile's rows from one pointer each, step j at a constant offset from it
@@ -188,7 +205,7 @@ def _lane_loads(
             Cs = Cs + (tl.reshape(tl.load(pC_j), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         else:
             Cs = Cs + (b_B,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    return b_u, b_x, b_z, Bs, Cs
+    return Bs, Cs
 
 
 @triton.jit
@@ -332,6 +349,8 @@ def _selective_scan_fwd_lane_kernel(
     UNROLL: tl.constexpr = 1,  # tiles per loop iteration (``triton_fwd.FWD_UNROLL``)
     # y reduced over a tile's lanes once per tile (``_y_scatter``; ``triton_fwd.LANE_Y_SCATTER``)
     Y_SCATTER: tl.constexpr = False,
+    # tiles ahead that u, delta, z are loaded (``triton_fwd.LANE_AHEAD``; B / C: one)
+    AHEAD: tl.constexpr = 1,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -386,17 +405,27 @@ def _selective_scan_fwd_lane_kernel(
             h = tl.zeros(S3, dtype=tl.float32)
         if SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
             h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s, 1, dim, o_d, m_d)
-    # the next tile's inputs load while this one computes (B / C padded for it)
+    # the next tile's inputs load while this one computes (B / C padded for it); with AHEAD = 2
+    # u, delta, z two tiles ahead (a register or two each: ptxas issues the next tile's loads
+    # late in the iteration)
     nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
+    if AHEAD == 2:
+        nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg + TT, t_end, KL, TPL, HAS_Z, LOCAL)
     for t0 in tl.range(t_beg, t_end, TT, loop_unroll_factor=UNROLL):
         t0 = tl.multiple_of(t0, TT)
         if not LOCAL:
             if t0 % CK == 0:
                 tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
         ins = nxt
-        nxt = _lane_loads(
-            u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, LOCAL
-        )
+        if AHEAD == 2:
+            e_u, e_x, e_z = nxe
+            nxe = _lane_elem_loads(u, delta, z, row, m_d, t0 + 2 * TT, t_end, KL, TPL, HAS_Z, LOCAL)
+            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0 + TT, NP, KL, TPL, LOCAL)
+            nxt = (e_u, e_x, e_z, e_B, e_C)
+        else:
+            nxt = _lane_loads(
+                u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, LOCAL
+            )
         h, dt_sum = _fwd_tile_lane(
             h,
             ins,
