@@ -348,6 +348,9 @@ LANE_Y_SCATTER = True
 # ms, scatter / scatter capped: (1, 1024, 65536) (4096 programs, 3.9 waves of 8 per
 # multiprocessor) fp32 1.188 / 1.082, bf16 1.097 / 1.045; (1, 1536, 4096) (1536 programs, 1.5
 # waves) fp32 0.125 / 0.128, bf16 0.112 / 0.116, so uncapped there
+LANE_SPLIT_REGS = 128
+LANE_SPLIT_CAP_WAVES = 2
+
 # tiles ahead the lane forward loads u, delta and z (its ``AHEAD``: 1 or 2; B / C one). 2 moves
 # those loads from late in the iteration (where ptxas puts them at 1) to its top; against the
 # global-load waits Nsight Compute shows it did not help: H200, 2026-12-02, CUDA graphs, forward
@@ -355,8 +358,6 @@ LANE_Y_SCATTER = True
 # 0.352, 0.246 / 0.249; (1, 1536, 4096) 0.126 / 0.128, 0.113 / 0.115; (1, 1024, 65536) 1.078 /
 # 1.077, 1.031 / 1.023. So 1
 LANE_AHEAD = 1
-LANE_SPLIT_REGS = 128
-LANE_SPLIT_CAP_WAVES = 2
 
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
 # constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
