@@ -349,6 +349,7 @@ def split_backward(request, monkeypatch):
 @pytest.mark.triton
 @_INTERP
 @pytest.mark.parametrize("batch,dim,L,N,groups,full,softplus,init,dt,dlast_given", SPLIT_CASES)
+@pytest.mark.slow
 def test_triton_interpreter_split_backward(
     batch, dim, L, N, groups, full, softplus, init, dt, dlast_given, split_backward
 ):
@@ -363,6 +364,7 @@ def test_triton_interpreter_split_backward(
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.slow
 def test_triton_interpreter_lane_local_pass(split_backward):
     """L = 300 (a chunk and a partial one) in segments: the local pass (in the lane states
     kernel, ``STATES_ADJ``) and the carry in the (dim, NP) layout run and the gradients match
@@ -386,6 +388,7 @@ def test_triton_interpreter_lane_local_pass(split_backward):
     [("fold", 1), ("carry-kernel", 1), ("local-kernel", 1), ("fold", 3)],
     ids=["fold", "carry-kernel", "local-kernel", "fold-3-chunk-segments"],
 )
+@pytest.mark.slow
 def test_triton_interpreter_many_segments(mode, chunks, monkeypatch):
     """Nine 16-step checkpoint chunks (L = 141: eight whole and a partial one), batch 2, in nine
     segments (or three of three chunks): the forward's local pass runs for all but the last
@@ -471,6 +474,7 @@ def _failing_layout_check(monkeypatch, failing: str) -> list[str]:
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.slow
 def test_triton_interpreter_lane_main_fallback_carries(monkeypatch):
     """The lane main kernel failing its layout check (raised before its launch) where it would
     have folded the carry itself: the split kernel runs instead, from the carry kernel's
@@ -489,6 +493,7 @@ def test_triton_interpreter_lane_main_fallback_carries(monkeypatch):
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.slow
 def test_triton_interpreter_fused_states_fallback(monkeypatch):
     """The states kernel with the segments' local pass (``STATES_ADJ``) failing its layout check
     (raised before its launch): a warning, the 2-D forward kernels from then on, and this
@@ -533,6 +538,7 @@ def test_triton_interpreter_finish_kernel(batch, dim, L, N, groups, monkeypatch)
 @pytest.mark.triton
 @_INTERP
 @pytest.mark.parametrize("warps,groups", [(1, 2), (4, None)], ids=["1warp-G2", "4warps"])
+@pytest.mark.slow
 def test_triton_interpreter_small_lane_programs(warps, groups, monkeypatch):
     """``triton_fwd.FWD_WARPS`` other than the default 2: the lane forward, states and local
     kernels on 8-channel 1-warp programs (two groups) and 32-channel 4-warp programs (the
