@@ -79,7 +79,16 @@ def main() -> None:
     ap.add_argument(
         "--tlane-warps", type=int, default=1, help="triton_fwd.TLANE_WARPS (with --time-lanes)"
     )
+    ap.add_argument(
+        "--lane-options", default="", help="triton_fwd.LANE_OPTIONS, e.g. BC_JIT=1,PF_BC=2"
+    )
     a = ap.parse_args()
+    if a.lane_options:
+        from ssmscan.ops.selective_scan import triton_fwd
+
+        triton_fwd.LANE_OPTIONS = {
+            k: int(v) for k, v in (o.split("=") for o in a.lane_options.split(","))
+        }
     if a.time_lanes is not None:
         from ssmscan.ops.selective_scan import triton_fwd
 

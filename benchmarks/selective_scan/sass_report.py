@@ -91,7 +91,9 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         LOCAL=local,
     )
     if lane:  # the lane kernel's signature (``triton_fwd_lane``)
-        v.update(LP=triton_fwd.padded_steps(L, kl * tpl), KL=kl, TPL=tpl, A_RAW=True, HAS_LAST=True)
+        v.update(LP=triton_fwd.padded_steps(L, kl * tpl), KL=kl, TPL=tpl, A_RAW=True, HAS_LAST=True,
+                 Y_SCATTER=triton_fwd.LANE_Y_SCATTER, AHEAD=triton_fwd.LANE_AHEAD,
+                 BC_ROLL=triton_fwd.LANE_BC_ROLL and triton_fwd.LANE_AHEAD == 1)  # fmt: skip
         v["last"] = "*fp32"
         v["TT"] = kl * tpl
     else:

@@ -673,6 +673,51 @@ def test_triton_gpu_forward_two_tiles_ahead(
     assert triton_fwd.FWD_VARIANT == "lane"
 
 
+# the lane forward's kernel options (``triton_fwd.LANE_OPTIONS``; the L1 prefetches are no-ops
+# under the interpreter, which has no inline PTX: the GPU tests run them)
+_LANE_OPTION_CASES = [
+    pytest.param({"BC_JIT": 1}, id="bc-jit"),
+    pytest.param({"DT_DEFER": 1}, id="dt-defer"),
+    pytest.param({"BC_JIT": 1, "PF_BC": 2, "PF_ELEM": 64, "PF_EVERY": 1}, id="bc-jit-prefetch"),
+    pytest.param({"BC_ROLL": 0}, id="carried-tile"),
+    pytest.param({"PF_BC": 2, "DT_DEFER": 1}, id="bc-roll-prefetch"),
+]
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("L", [45, 141])
+@pytest.mark.parametrize("opts", _LANE_OPTION_CASES)
+def test_triton_interpreter_forward_lane_options(L, opts, monkeypatch):
+    """The lane forward with B / C loaded in their tile (``BC_JIT``) or the next tile's rows
+    carried as a whole (``BC_ROLL`` off; on by default: ``triton_fwd.LANE_BC_ROLL``), the local
+    pass's dt sums reduced at its end (``DT_DEFER``) and the prefetch options: L = 141 in
+    segments."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_OPTIONS", opts)
+    _run_case(1, 3, L, 16, None, True, True, True, torch.float32, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+@pytest.mark.parametrize("opts", _LANE_OPTION_CASES)
+def test_triton_gpu_forward_lane_options(
+    batch, dim, L, N, groups, dtype, opts, segmenting, monkeypatch
+):
+    """The lane forward's kernel options on the GPU: outputs, checkpoints and gradients against
+    float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_OPTIONS", opts)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
+
+
 @pytest.mark.triton
 @_INTERP
 def test_triton_interpreter_forward_without_y_scatter(monkeypatch):

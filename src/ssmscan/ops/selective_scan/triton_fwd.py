@@ -359,6 +359,19 @@ LANE_SPLIT_CAP_WAVES = 2
 # 1.077, 1.031 / 1.023. So 1
 LANE_AHEAD = 1
 
+# the lane forward loads the next tile's B / C row j right after the current tile's step j, into
+# the registers row j leaves (its ``BC_ROLL``; with LANE_AHEAD = 1). Nsight Compute (2026-12-02,
+# (1, 1536, 4096) bf16, per-instruction stall samples) put 32% of the local pass's and 20% of
+# the real pass's warp stalls on the register copies at the loop's end that moved the next
+# tile's rows, loaded a few instructions earlier, into the current tile's registers; rolled,
+# those copies are gone (sm_90: 35 -> 9 MOV a tile, 46.1 -> 42.8 instructions a thread-step,
+# 130 -> 122 / 80 -> 64 registers; ptxas still issues the loads late in the iteration). H200,
+# 2026-12-02, CUDA graphs, forward ms, carried tile / rolled (``device_seventeenth3.sh``):
+# (8, 4096, 2048) fp32 0.641 / 0.622, bf16 0.588 / 0.587; (16, 1536, 1024) 0.287 / 0.280, 0.247
+# / 0.242; (1, 1536, 4096) 0.126 / 0.123, 0.113 / 0.109; (1, 1024, 65536) 1.075 / 1.044, 1.027
+# / 0.958
+LANE_BC_ROLL = True
+
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
 # constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
 # registers, which would fit the real pass's 1.45 waves at batch 1 into one, were all slower,
@@ -428,8 +441,8 @@ def plan_knobs() -> tuple:
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
         TLANE_WARPS, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
-        tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_SPLIT_REGS,
-        LANE_SPLIT_CAP_WAVES,
+        tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
+        LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
     )  # fmt: skip
@@ -643,8 +656,10 @@ def _launch(
     )
     if lane:
         args["LP"] = LP
+        roll = LANE_BC_ROLL and LANE_AHEAD == 1 and not LANE_OPTIONS.get("BC_JIT")
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=LANE_Y_SCATTER,
-                      AHEAD=LANE_AHEAD, **LANE_OPTIONS)  # fmt: skip
+                      AHEAD=LANE_AHEAD, BC_ROLL=roll)  # fmt: skip
+        consts.update(LANE_OPTIONS)
         kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL, True))
     else:
         consts["TT"] = TT

@@ -60,7 +60,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
-from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _prefetch_l1, _sigmoid, _softplus
 
 
 @triton.jit
@@ -231,6 +231,10 @@ def _fwd_tile_lane(
     HAS_BIAS: tl.constexpr,
     LOCAL: tl.constexpr,
     Y_SCATTER: tl.constexpr = False,
+    DT_DEFER: tl.constexpr = False,
+    ROLL: tl.constexpr = False,
+    q_B=None,
+    q_C=None,
 ):
     """TT = KL * TPL steps t0 .. t0 + TT - 1 from their inputs ``ins`` (``_lane_loads``; Note
     [selective scan forward lanes]); stores y unless LOCAL. o_j (1, KL, TPL): a tile element's
@@ -247,13 +251,20 @@ def _fwd_tile_lane(
         b_dt = _softplus(b_dt)
     b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
     if LOCAL:
-        dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
+        if DT_DEFER:
+            dt_sum += b_dt
+        else:
+            dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
     b_du = b_dt * b_u
     # y: at KL = 4 and TPL = 2 (16 states) each lane's partial sums, reduced and scattered over
     # the lanes once per tile (``_y_scatter``); else reduced per step
     SCATTER: tl.constexpr = Y_SCATTER and KL == 4 and TPL == 2
     b_y = tl.zeros_like(b_u)
     ys = ()
+    nBs = ()
+    nCs = ()
+    SH: tl.constexpr = (1, KL, Bs[0].shape[2])  # a B / C row (ROLL)
+    NPL: tl.constexpr = KL * Bs[0].shape[2]
     for j in tl.static_range(TT):
         b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
         b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
@@ -264,6 +275,12 @@ def _fwd_tile_lane(
             else:
                 b_yj = tl.sum(tl.sum(h * Cs[j], axis=2), axis=1)
                 b_y = tl.where(o_j == j, b_yj[:, None, None], b_y)
+        if ROLL:  # the next tile's row j, into the registers row j has just left
+            nBs = nBs + (tl.reshape(tl.load(q_B + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            if not LOCAL:
+                nCs = nCs + (tl.reshape(tl.load(q_C + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            else:
+                nCs = nCs + (nBs[j],)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     if not LOCAL:
         if SCATTER:
             b_y = _y_scatter(ys, o_k[None, :])
@@ -276,7 +293,7 @@ def _fwd_tile_lane(
         p = row[:, None] + o_tt[None, :]
         m2 = m_d[:, None] & (o_tt < t_end)[None, :]
         tl.store(out + p, tl.reshape(b_y, (BLOCK_D, TT)).to(out.dtype.element_ty), mask=m2)
-    return h, dt_sum
+    return h, dt_sum, nBs, nCs  # the next tile's B / C rows with ROLL, else ()
 
 
 @triton.jit
@@ -351,6 +368,12 @@ def _selective_scan_fwd_lane_kernel(
     Y_SCATTER: tl.constexpr = False,
     # tiles ahead that u, delta, z are loaded (``triton_fwd.LANE_AHEAD``; B / C: one)
     AHEAD: tl.constexpr = 1,
+    PF_BC: tl.constexpr = 0,
+    PF_ELEM: tl.constexpr = 0,
+    DT_DEFER: tl.constexpr = False,
+    BC_JIT: tl.constexpr = False,
+    PF_EVERY: tl.constexpr = False,
+    BC_ROLL: tl.constexpr = False,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -395,7 +418,10 @@ def _selective_scan_fwd_lane_kernel(
     else:  # one segment: plain bounds (the min() bounds cost 17-20% of the time, H200)
         t_beg = 0
         t_end = L
-    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
+    if DT_DEFER and LOCAL:
+        dt_sum = tl.zeros((BLOCK_D, KL, TPL), dtype=tl.float32)
+    else:
+        dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
     if LOCAL:
         h = tl.zeros(S3, dtype=tl.float32)
     else:
@@ -408,48 +434,88 @@ def _selective_scan_fwd_lane_kernel(
     # the next tile's inputs load while this one computes (B / C padded for it); with AHEAD = 2
     # u, delta, z two tiles ahead (a register or two each: ptxas issues the next tile's loads
     # late in the iteration)
-    nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
+    if BC_JIT:
+        nxt = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
+    else:
+        nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
     if AHEAD == 2:
         nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg + TT, t_end, KL, TPL, HAS_Z, LOCAL)
+    if PF_BC > 0 and _PTX:  # the 128-byte lines of a tile's B (and C) rows, one a thread
+        NL: tl.constexpr = TT * NP // 32
+        if LOCAL:
+            q_pf = Bt + bc + tl.arange(0, NL) * 32
+        else:
+            o_pf = tl.arange(0, 2 * NL)
+            q_pf = tl.where(o_pf < NL, Bt + bc + o_pf * 32, Ct + bc + (o_pf - NL) * 32)
     for t0 in tl.range(t_beg, t_end, TT, loop_unroll_factor=UNROLL):
         t0 = tl.multiple_of(t0, TT)
         if not LOCAL:
             if t0 % CK == 0:
                 tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
-        ins = nxt
-        if AHEAD == 2:
+        if PF_BC > 0 and _PTX:
+            _prefetch_l1(q_pf + tl.minimum(t0 + PF_BC * TT, LP - TT) * NP)
+        if PF_ELEM > 0 and _PTX:  # once per 128-byte line of u's rows (every tile: PF_EVERY)
+            if PF_EVERY or t0 % (1024 // u.dtype.element_ty.primitive_bitwidth) == 0:
+                r_pf = tl.where(m_d, row, 0) + tl.minimum(t0 + PF_ELEM, L - 1)
+                _prefetch_l1(u + r_pf)
+                _prefetch_l1(delta + r_pf)
+                if HAS_Z and not LOCAL:
+                    _prefetch_l1(z + r_pf)
+        if BC_ROLL:
+            ins = nxt
+            e_u, e_x, e_z = _lane_elem_loads(
+                u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL
+            )
+            h, dt_sum, e_B, e_C = _fwd_tile_lane(
+                h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
+                KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, True,
+                p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP,
+            )  # fmt: skip
+            nxt = (e_u, e_x, e_z, e_B, e_C)
+        elif BC_JIT:
+            e_u, e_x, e_z = nxt
+            nxt = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
+            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0, NP, KL, TPL, LOCAL)
+            ins = (e_u, e_x, e_z, e_B, e_C)
+        elif AHEAD == 2:
             e_u, e_x, e_z = nxe
             nxe = _lane_elem_loads(u, delta, z, row, m_d, t0 + 2 * TT, t_end, KL, TPL, HAS_Z, LOCAL)
             e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0 + TT, NP, KL, TPL, LOCAL)
+            ins = nxt
             nxt = (e_u, e_x, e_z, e_B, e_C)
         else:
+            ins = nxt
             nxt = _lane_loads(
                 u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, LOCAL
             )
-        h, dt_sum = _fwd_tile_lane(
-            h,
-            ins,
-            b_A2,
-            out,
-            b_bias,
-            b_D,
-            row,
-            m_d,
-            o_k,
-            o_j,
-            t0,
-            t_end,
-            dt_sum,
-            SOFTPLUS,
-            KL,
-            TPL,
-            HAS_D,
-            HAS_Z,
-            HAS_BIAS,
-            LOCAL,
-            Y_SCATTER,
-        )
+        if not BC_ROLL:
+            h, dt_sum, _nB, _nC = _fwd_tile_lane(
+                h,
+                ins,
+                b_A2,
+                out,
+                b_bias,
+                b_D,
+                row,
+                m_d,
+                o_k,
+                o_j,
+                t0,
+                t_end,
+                dt_sum,
+                SOFTPLUS,
+                KL,
+                TPL,
+                HAS_D,
+                HAS_Z,
+                HAS_BIAS,
+                LOCAL,
+                Y_SCATTER,
+                DT_DEFER,
+            )
     if LOCAL:
+        if DT_DEFER:
+            dt_sum = tl.sum(tl.sum(dt_sum, axis=2), axis=1)
         p_seg = seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn
         tl.store(p_seg, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
         tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
@@ -713,7 +779,7 @@ def _selective_scan_bwd_lane_states_kernel(
                 TPL, HAS_Z, HAS_BIAS,
             )  # fmt: skip
         else:
-            h, dt_sum = _fwd_tile_lane(
+            h, dt_sum, _nB, _nC = _fwd_tile_lane(
                 h,
                 ins,
                 b_A2,

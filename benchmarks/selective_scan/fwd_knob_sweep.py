@@ -1,0 +1,102 @@
+"""The lane forward's kernel options, timed against each other: forward only, CUDA graphs, the
+variants interleaved over ``--rounds`` rounds (each variant's median of its rounds' medians, so
+that clock drift hits all alike), each variant's output checked against float64 on a channel
+slice (``bench_gpu.references``) before it is timed.
+
+    PYTHONPATH=src python benchmarks/selective_scan/fwd_knob_sweep.py \
+        --variants "base;PF_BC=2;PF_BC=2,DT_DEFER=1" [--shapes 1x1536x4096x16] [--rounds 3]
+
+A variant is ``;``-separated from the next, its settings ``,``-separated: ``NAME=INT`` for a
+constexpr of ``_selective_scan_fwd_lane_kernel`` (through ``triton_fwd.LANE_OPTIONS``, both
+passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting; ``base`` is the library's default."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import bench_gpu
+import torch
+
+from ssmscan.ops.selective_scan import triton_common, triton_fwd
+
+MODULES = {"triton_fwd": triton_fwd, "triton_common": triton_common}
+
+
+def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
+    opts: dict[str, int] = {}
+    mod: dict[str, int] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        if not item or item == "base":
+            continue
+        name, value = item.split("=")
+        if name.startswith(("triton_fwd.", "triton_common.")):
+            mod[name] = int(value)
+        else:
+            opts[name] = int(value)
+    return opts, mod
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="base")
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in bench_gpu.SHAPES))
+    ap.add_argument("--dtypes", default="bf16,fp32")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    variants = [v.strip() for v in a.variants.split(";") if v.strip()]
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+    tol = {dt: bench_gpu.tolerance(dt) for dt in (torch.float32, torch.bfloat16, torch.float16)}
+    base_opts, base_mod = dict(triton_fwd.LANE_OPTIONS), {}
+    rows = []
+    for sh in a.shapes.split(","):
+        batch, dim, L, N = (int(x) for x in sh.split("x"))
+        for dn in a.dtypes.split(","):
+            dtype = dtypes[dn]
+            kw = bench_gpu.make(batch, dim, L, N, dtype)
+            refs = bench_gpu.references(kw, None, None)
+            times: dict[str, list[float]] = {v: [] for v in variants}
+            errs: dict[str, float] = {}
+            for r in range(a.rounds):
+                for v in variants:
+                    opts, mod = parse(v)
+                    for k in mod:
+                        m, n = k.split(".")
+                        base_mod.setdefault(k, getattr(MODULES[m], n))
+                    try:
+                        triton_fwd.LANE_OPTIONS = {**base_opts, **opts}
+                        for k, x in mod.items():
+                            setattr(MODULES[k.split(".")[0]], k.split(".")[1], x)
+                        if r == 0:
+                            e = bench_gpu.check(kw, None, refs)
+                            errs[v] = max(e["out"], e["last"])
+                            if errs[v] > tol[dtype]:
+                                print(f"FAILED CHECK {sh} {dn} {v}: {e}", flush=True)
+                        if errs[v] > tol[dtype]:
+                            continue
+                        times[v].append(bench_gpu.graph_ms(lambda kw=kw: bench_gpu.ours_fwd(kw)))
+                    finally:
+                        triton_fwd.LANE_OPTIONS = dict(base_opts)
+                        for k, x in base_mod.items():
+                            setattr(MODULES[k.split(".")[0]], k.split(".")[1], x)
+            base = statistics.median(times[variants[0]]) if times[variants[0]] else None
+            for v in variants:
+                ms = statistics.median(times[v]) if times[v] else None
+                rows.append(dict(shape=sh, dtype=dn, variant=v, ms=ms, err=errs.get(v),
+                                 rounds=times[v]))  # fmt: skip
+                ratio = f" ({ms / base:.3f} of the first)" if ms and base else ""
+                print(f"{sh} {dn} {v:40s} {ms if ms is None else round(ms, 4)} ms{ratio}"
+                      f" err {errs.get(v, float('nan')):.1e}", flush=True)  # fmt: skip
+            del kw, refs
+            torch.cuda.empty_cache()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(rows=rows, torch=torch.__version__,
+                           device=torch.cuda.get_device_name()), f, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
