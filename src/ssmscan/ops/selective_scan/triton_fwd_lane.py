@@ -15,7 +15,11 @@ shuffles and adds per value). B_t / C_t come from the launcher's time-padded cop
 steps, a multiple of TT, the pad zero), so their loads need no mask: the padded steps have dt = 0
 (decay 1, input 0 * 0). Every input of the next tile (u, delta, z, its 8 B_t and C_t) is loaded
 before the current tile computes (``_lane_loads``, carried through the loop; B / C padded by one
-more tile for it).
+more tile for it). With ``BC_ROLL`` (``triton_fwd.LANE_BC_ROLL``, the default) the next tile's
+row j is loaded in ``_fwd_tile_lane`` right after step j, into the registers the current row j
+leaves: carried as a whole, ptxas copied the freshly loaded rows into the loop's registers at
+its end, and those copies waited out the loads (a third of the local pass's stall samples,
+Nsight Compute, 2026-12-02; ``benchmarks/RESULTS.md``, seventeenth session).
 
 Why (H200, 2026-12-01, library op, same process as mamba-ssm, eager ms, lane / 2-D kernel): the
 2-D kernel's 58.8 instructions per thread-step (sm_90 SASS at (8, 4096, 2048, 16) fp32; 12 of
@@ -238,7 +242,8 @@ def _fwd_tile_lane(
 ):
     """TT = KL * TPL steps t0 .. t0 + TT - 1 from their inputs ``ins`` (``_lane_loads``; Note
     [selective scan forward lanes]); stores y unless LOCAL. o_j (1, KL, TPL): a tile element's
-    step within the tile. Returns (h, dt_sum)."""
+    step within the tile. Returns (h, dt_sum, the next tile's B rows, its C rows): the rows
+    (loaded from q_B / q_C, row j after step j) only with ROLL, else empty tuples."""
     TT: tl.constexpr = KL * TPL
     BLOCK_D: tl.constexpr = row.shape[0]
     b_u, b_dt, b_z, Bs, Cs = ins
