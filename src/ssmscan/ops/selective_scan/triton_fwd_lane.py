@@ -466,17 +466,11 @@ def _selective_scan_fwd_lane_kernel(
                 _prefetch_l1(delta + r_pf)
                 if HAS_Z and not LOCAL:
                     _prefetch_l1(z + r_pf)
-        if BC_ROLL:
+        if BC_ROLL:  # u, delta, z of the next tile here, its B / C rows in the tile
             ins = nxt
             e_u, e_x, e_z = _lane_elem_loads(
                 u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL
             )
-            h, dt_sum, e_B, e_C = _fwd_tile_lane(
-                h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
-                KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, True,
-                p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP,
-            )  # fmt: skip
-            nxt = (e_u, e_x, e_z, e_B, e_C)
         elif BC_JIT:
             e_u, e_x, e_z = nxt
             nxt = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
@@ -493,31 +487,13 @@ def _selective_scan_fwd_lane_kernel(
             nxt = _lane_loads(
                 u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, LOCAL
             )
-        if not BC_ROLL:
-            h, dt_sum, _nB, _nC = _fwd_tile_lane(
-                h,
-                ins,
-                b_A2,
-                out,
-                b_bias,
-                b_D,
-                row,
-                m_d,
-                o_k,
-                o_j,
-                t0,
-                t_end,
-                dt_sum,
-                SOFTPLUS,
-                KL,
-                TPL,
-                HAS_D,
-                HAS_Z,
-                HAS_BIAS,
-                LOCAL,
-                Y_SCATTER,
-                DT_DEFER,
-            )
+        h, dt_sum, n_B, n_C = _fwd_tile_lane(
+            h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
+            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL,
+            p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP,
+        )  # fmt: skip
+        if BC_ROLL:
+            nxt = (e_u, e_x, e_z, n_B, n_C)
     if LOCAL:
         if DT_DEFER:
             dt_sum = tl.sum(tl.sum(dt_sum, axis=2), axis=1)
