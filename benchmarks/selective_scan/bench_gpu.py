@@ -327,7 +327,7 @@ def main():
     ap.add_argument(
         "--fwd-variants",
         default=triton_fwd.FWD_VARIANT,
-        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; lane-aN: LANE_AHEAD = N; suffixed keys as above)",
+        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; lane-aN: LANE_AHEAD = N; lane-btN: LANE_BCAST_TILE = N; suffixed keys as above)",
     )
     ap.add_argument(
         "--plans",
@@ -353,6 +353,7 @@ def main():
     )
     default_bwd, default_fwd = triton_bwd.BWD_VARIANT, triton_fwd.FWD_VARIANT
     default_scatter, default_ahead = triton_fwd.LANE_Y_SCATTER, triton_fwd.LANE_AHEAD
+    default_bcast = triton_fwd.LANE_BCAST_TILE
     variants = [
         (ck, tw, bv, fv)
         for ck in [int(c) for c in args.ck.split(",")]
@@ -410,6 +411,9 @@ def main():
                 # "-aN": triton_fwd.LANE_AHEAD = N
                 ahead = [int(o[1:]) for o in fopts if o[:1] == "a" and o[1:].isdigit()]
                 triton_fwd.LANE_AHEAD = ahead[0] if ahead else default_ahead
+                # "-btN": triton_fwd.LANE_BCAST_TILE = N (the backward's states kernel too)
+                bts = [int(o[2:]) for o in fopts if o.startswith("bt")]
+                triton_fwd.LANE_BCAST_TILE = bts[0] if bts else default_bcast
                 bcs = [int(o[2:]) for o in fopts if o.startswith("bc")]
                 triton_fwd.TLANE_BC_MODE = bcs[0] if bcs else 0
                 ws = [int(o[1:]) for o in fopts if o.startswith("w")]

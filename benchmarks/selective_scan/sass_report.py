@@ -24,6 +24,7 @@ import re
 import subprocess
 import tempfile
 
+import torch
 import triton
 
 from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common, triton_fwd
@@ -93,7 +94,8 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
     if lane:  # the lane kernel's signature (``triton_fwd_lane``)
         v.update(LP=triton_fwd.padded_steps(L, kl * tpl), KL=kl, TPL=tpl, A_RAW=True, HAS_LAST=True,
                  Y_SCATTER=triton_fwd.LANE_Y_SCATTER, AHEAD=triton_fwd.LANE_AHEAD,
-                 BC_ROLL=triton_fwd.LANE_BC_ROLL and triton_fwd.LANE_AHEAD == 1)  # fmt: skip
+                 BC_ROLL=triton_fwd.LANE_BC_ROLL and triton_fwd.LANE_AHEAD == 1,
+                 BCAST_TILE=triton_fwd.bcast_tile(torch.float32 if dt == "fp32" else torch.bfloat16))  # fmt: skip
         v["last"] = "*fp32"
         v["TT"] = kl * tpl
     else:
@@ -205,6 +207,7 @@ def states_values(
         SEG=4,
         HAS_Z=adj,
         ADJ=adj,
+        BCAST_TILE=triton_fwd.bcast_tile(torch.float32 if dt == "fp32" else torch.bfloat16),
     )
     return v, warps
 

@@ -14,6 +14,8 @@ import inspect
 import sys
 from typing import Any
 
+import torch
+
 from ssmscan.ops.selective_scan import (
     triton_bwd_lane,
     triton_bwd_split,
@@ -85,6 +87,9 @@ def compile_lane(
         HAS_LAST=True,
         ADJ=local,  # the states kernel's: ``local`` there is the fused local pass
         Y_SCATTER=True,  # the forward's (``triton_fwd.LANE_Y_SCATTER``)
+        # ... and its rolled rows and one-asm broadcasts as the launcher sets them
+        BC_ROLL=triton_fwd.LANE_BC_ROLL and triton_fwd.LANE_AHEAD == 1,
+        BCAST_TILE=triton_fwd.bcast_tile(torch.float32 if dtype == "fp32" else torch.bfloat16),
     )
     # (the other kernels take subsets of the values)
     unaligned = () if aligned else IO

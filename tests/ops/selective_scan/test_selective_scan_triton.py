@@ -720,6 +720,76 @@ def test_triton_gpu_forward_lane_options(
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("want,nseg", [(5, 5), (7, 6)])
+def test_triton_interpreter_forward_segments_of_tiles(want, nseg, monkeypatch):
+    """``triton_fwd.LANE_SEGMENTS``: the split lane forward in segments of whole tiles, not
+    checkpoint chunks (16 steps here): at L = 141 (18 tiles of 8) 5 segments of 4 tiles or 6 of
+    3, so that segment boundaries fall inside chunks (t = 24, 72, ..) and the checkpoints there
+    come from the segment holding them. Outputs, checkpoints (through the backward), last state
+    and gradients against float64, and the forward's grids."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    grids: list[tuple] = []
+    real = triton_fwd.launcher
+
+    def spy(kernel, *a):
+        launched = real(kernel, *a)
+
+        class Grid:
+            def __getitem__(self, grid):
+                if kernel.__name__ == "_selective_scan_fwd_lane_kernel":
+                    grids.append(tuple(grid))
+                return launched[grid]
+
+        return Grid()
+
+    monkeypatch.setattr(triton_fwd, "launcher", spy)
+    _run_case(1, 3, 141, 16, None, True, True, True, torch.float32, True)
+    assert [g[2] for g in grids][:2] == [nseg - 1, nseg]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("want", [3, 22])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_forward_segments_of_tiles(batch, dim, L, N, groups, dtype, want, monkeypatch):
+    """``triton_fwd.LANE_SEGMENTS`` on the GPU (segment boundaries inside checkpoint chunks):
+    outputs, checkpoints and gradients against float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("bcast", [0, 2], ids=["per-step", "one-asm"])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_lane_broadcast_modes(batch, dim, L, N, groups, dtype, bcast, monkeypatch):
+    """``triton_fwd.LANE_BCAST_TILE`` 0 (a shuffle per step) and 2 (one asm a tile, also for
+    fp32; the default, 1, runs it for 16-bit inputs in the other GPU tests): the lane forward
+    and the backward's states kernel, outputs, checkpoints and gradients against float64. (The
+    interpreter has no inline asm: these modes are GPU-only.)"""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_BCAST_TILE", bcast)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_interpreter_forward_without_y_scatter(monkeypatch):
     """``triton_fwd.LANE_Y_SCATTER`` off: the lane forward reduces y per step (in segments)."""
     from ssmscan.ops.selective_scan import triton_fwd

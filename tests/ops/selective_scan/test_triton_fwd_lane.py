@@ -237,3 +237,17 @@ def test_split_cap_only_beyond_the_waves(monkeypatch):
     assert triton_fwd.split_cap(64 * 64, 2, torch.device("cpu")) == {}
     monkeypatch.setattr(triton_fwd, "LANE_OPTIONS", {"maxnreg": 96})
     assert triton_fwd.split_cap(64 * 64, 2, cuda) == {}
+
+
+def test_fill_waves_fills_the_real_pass_waves(monkeypatch):
+    """``triton_fwd.fill_waves`` (``LANE_SEGMENTS`` = -1): as many segments as fill the waves
+    (8 two-warp programs per multiprocessor, 132 multiprocessors) that the chunk policy's count
+    starts; that count where it is one wave or less, and on the CPU."""
+    monkeypatch.setattr(triton_fwd, "_sm_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    assert triton_fwd.fill_waves(96, 16, 2, cuda) == 22  # (1, 1536, 4096): 1.45 -> 2 waves
+    assert triton_fwd.fill_waves(64, 64, 2, cuda) == 66  # (1, 1024, 65536): 3.9 -> 4 waves
+    assert triton_fwd.fill_waves(192, 16, 2, cuda) == 16  # (2, 1536, 4096): 2.9 -> 3, as it was
+    assert triton_fwd.fill_waves(4, 3, 2, cuda) == 3  # a fraction of a wave: unchanged
+    assert triton_fwd.fill_waves(96, 32, 1, cuda) == 44  # one-warp programs: 16 a multiprocessor
+    assert triton_fwd.fill_waves(96, 16, 2, torch.device("cpu")) == 16

@@ -1038,7 +1038,8 @@ def launch(
                     SOFTPLUS=delta_softplus, NP=NP, CK=CHECKPOINT_LEN,
                     HAS_BIAS=delta_bias is not None, BLOCK_D=sbd, KL=KL, TPL=TPL,
                     dout=dout_c, z=z_c, Ct=lane_BC()[1], seg_loc=seg_loc, seg_dt=seg_dt,
-                    SEG=seg, HAS_Z=z is not None, ADJ=True, num_warps=sw, **STATES_OPTIONS,
+                    SEG=seg, HAS_Z=z is not None, ADJ=True,
+                    BCAST_TILE=triton_fwd.bcast_tile(u.dtype), num_warps=sw, **STATES_OPTIONS,
                 )  # fmt: skip
                 tstates = ts
             else:  # no program for segment 0 (nothing reads its adjoint)
@@ -1167,7 +1168,7 @@ def launch(
                 kernel[grid](
                     *args, **states_consts, BLOCK_D=sbd, KL=KL, TPL=TPL, dout=None, z=None,
                     Ct=None, seg_loc=None, seg_dt=None, SEG=1, HAS_Z=False, ADJ=False,
-                    num_warps=sw,
+                    BCAST_TILE=triton_fwd.bcast_tile(u.dtype), num_warps=sw,
                 )  # fmt: skip
             except LaneLayoutError as e:  # checked before its first launch: nothing written
                 triton_fwd.FWD_VARIANT = "tile"

@@ -372,6 +372,25 @@ LANE_AHEAD = 1
 # / 0.958
 LANE_BC_ROLL = True
 
+# the lane forward's broadcasts of a tile's dt and dt * u from one inline asm
+# (``triton_fwd_lane._tile_bcast``, its ``BCAST_TILE``): 0 never, 1 for 16-bit inputs, 2 always.
+# A shuffle per step let Triton's layout pass compute the softplus chain twice with 16-bit inputs
+# (sm_90 SASS at (1, 1536, 4096) bf16: 42.8 -> 41.0 instructions a thread-step in the real pass,
+# 31.1 -> 28.8 in the local one, 4.62 -> 4.5 MUFU.EX2 a step); fp32 had no second chain (38.5 ->
+# 39.1 at (8, 4096, 2048), the same at batch 1)
+LANE_BCAST_TILE = 1
+
+# segments of the split lane forward (Note [selective scan segments]) where it splits L, of
+# whole tiles (the kernel's ``SEG_T``): -1 as many as fill the real pass's waves (``fill_waves``),
+# N > 0 about N; 0 as ``triton_common.segments`` picks them, in checkpoint chunks. H200,
+# 2026-12-03, CUDA graphs, forward ms (``device_eighteenth1.sh``, call 2), segments: (1, 1536,
+# 4096) (96 programs a segment, 1056 a wave) bf16 16 chunks 0.108, 11 tiles-segments (1 wave)
+# 0.101, 12-14 0.110-0.116, 20-22 (2 waves) 0.102, 24 0.110 (fp32 0.122 / 0.116 / 0.126-0.134 /
+# 0.115 / 0.130); (1, 1024, 65536) (64 a segment) 64 chunks (3.9 waves) 0.920 / 1.040, 66 (4
+# waves) 0.898 / 1.020, 70 0.928 / 1.077; (2, 1536, 4096) 16 chunks (2.9 waves) 0.185, 33 and
+# more 3-90% slower
+LANE_SEGMENTS = -1
+
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
 # constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
 # registers, which would fit the real pass's 1.45 waves at batch 1 into one, were all slower,
@@ -430,6 +449,24 @@ def split_cap(programs: int, warps: int, device: torch.device) -> dict[str, int]
     return {}
 
 
+def fill_waves(per_segment: int, nseg: int, warps: int, device: torch.device) -> int:
+    """The segments of a split lane forward of ``per_segment`` programs (of ``warps`` warps) a
+    segment for which ``triton_common.segments`` picks ``nseg``: as many as fill the whole waves
+    that nseg segments' real pass starts (``LANE_SPLIT_REGS`` registers a thread, as
+    ``split_cap`` counts them; the measured waves: ``LANE_SEGMENTS``), nseg where those are one
+    wave or less (more segments there would only add folds) or not on CUDA."""
+    if device.type != "cuda":
+        return nseg
+    per_wave = 65536 // (LANE_SPLIT_REGS * 32 * warps) * _sm_count(device.index)
+    waves = cdiv(per_segment * nseg, per_wave)
+    return nseg if waves <= 1 else max(nseg, waves * per_wave // per_segment)
+
+
+def bcast_tile(dtype: torch.dtype) -> bool:
+    """The lane kernels' ``BCAST_TILE`` for inputs of ``dtype`` (``LANE_BCAST_TILE``)."""
+    return LANE_BCAST_TILE == 2 or (LANE_BCAST_TILE == 1 and dtype != torch.float32)
+
+
 def plan_knobs() -> tuple:
     """The module settings the forward's launches depend on (part of every eager plan's key,
     Note [eager launch plans]; ``tests/ops/common/test_launch_plan.py`` checks that every
@@ -442,6 +479,7 @@ def plan_knobs() -> tuple:
         TLANE_WARPS, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
+        LANE_BCAST_TILE, LANE_SEGMENTS,
         LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
@@ -594,6 +632,11 @@ def _launch(
     LP = padded_steps(L, TT) if lane else L
     nblk = cdiv(dim, block_d)
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
+    seg_t = lane and nseg > 1 and LANE_SEGMENTS != 0
+    if seg_t:  # segments of whole tiles instead (LANE_SEGMENTS)
+        want = LANE_SEGMENTS if LANE_SEGMENTS > 0 else fill_waves(batch * nblk, nseg, warps, dev)
+        seg = cdiv(cdiv(L, TT), want)
+        nseg = cdiv(cdiv(L, TT), seg)
     f32 = torch.float32
     dev = u.device
     if (
@@ -658,7 +701,8 @@ def _launch(
         args["LP"] = LP
         roll = LANE_BC_ROLL and LANE_AHEAD == 1 and not LANE_OPTIONS.get("BC_JIT")
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=LANE_Y_SCATTER,
-                      AHEAD=LANE_AHEAD, BC_ROLL=roll)  # fmt: skip
+                      AHEAD=LANE_AHEAD, BC_ROLL=roll, BCAST_TILE=bcast_tile(u.dtype),
+                      SEG_T=seg_t)  # fmt: skip
         consts.update(LANE_OPTIONS)
         kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL, True))
     else:

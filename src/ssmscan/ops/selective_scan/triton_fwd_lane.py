@@ -83,6 +83,107 @@ def _slot(x, S: tl.constexpr, TPL: tl.constexpr):
 
 
 @triton.jit
+def _tile_bcast(b_dt, b_du, KL: tl.constexpr, TPL: tl.constexpr):
+    """((dt_0, .., dt_TT-1), (du_0, .., du_TT-1)): each step's dt and dt * u of a (BLOCK_D, KL,
+    TPL) tile on every lane of its channel, (BLOCK_D, KL) each (step j: lane j // TPL's slot
+    j % TPL), from one inline asm of the tile's 2 TT ``shfl.sync.idx`` (compiled, KL > 1 only).
+    A shuffle per call (``_lane_bcast``) left Triton's layout pass a choice per step: with 16-bit
+    inputs it gave the first step's slots another layout of the same registers and computed the
+    tile's softplus chain in both (sm_90 SASS: 3 softplus a thread and tile for 2 elements, 4.62
+    MUFU.EX2 a step for 4.5; Note [selective scan forward lanes])."""
+    dts = ()
+    dus = ()
+    ins = ()
+    for s in tl.static_range(TPL):
+        ins = ins + (_slot(b_dt, s, TPL).to(tl.int32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    for s in tl.static_range(TPL):
+        ins = ins + (_slot(b_du, s, TPL).to(tl.int32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    if KL == 2:  # TPL = 4
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $16, 0, 0x1e1f, -1; shfl.sync.idx.b32 $1, $17, 0, 0x1e1f, -1; shfl.sync.idx.b32 $2, $18, 0, 0x1e1f, -1; shfl.sync.idx.b32 $3, $19, 0, 0x1e1f, -1; "
+            "shfl.sync.idx.b32 $4, $16, 1, 0x1e1f, -1; shfl.sync.idx.b32 $5, $17, 1, 0x1e1f, -1; shfl.sync.idx.b32 $6, $18, 1, 0x1e1f, -1; shfl.sync.idx.b32 $7, $19, 1, 0x1e1f, -1; "
+            "shfl.sync.idx.b32 $8, $20, 0, 0x1e1f, -1; shfl.sync.idx.b32 $9, $21, 0, 0x1e1f, -1; shfl.sync.idx.b32 $10, $22, 0, 0x1e1f, -1; shfl.sync.idx.b32 $11, $23, 0, 0x1e1f, -1; "
+            "shfl.sync.idx.b32 $12, $20, 1, 0x1e1f, -1; shfl.sync.idx.b32 $13, $21, 1, 0x1e1f, -1; shfl.sync.idx.b32 $14, $22, 1, 0x1e1f, -1; shfl.sync.idx.b32 $15, $23, 1, 0x1e1f, -1;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
+            ins,
+            dtype=(tl.int32,) * 16,
+            is_pure=True,
+            pack=1,
+        )
+    elif KL == 4:  # TPL = 2
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $16, 0, 0x1c1f, -1; shfl.sync.idx.b32 $1, $17, 0, 0x1c1f, -1; shfl.sync.idx.b32 $2, $16, 1, 0x1c1f, -1; shfl.sync.idx.b32 $3, $17, 1, 0x1c1f, -1; "
+            "shfl.sync.idx.b32 $4, $16, 2, 0x1c1f, -1; shfl.sync.idx.b32 $5, $17, 2, 0x1c1f, -1; shfl.sync.idx.b32 $6, $16, 3, 0x1c1f, -1; shfl.sync.idx.b32 $7, $17, 3, 0x1c1f, -1; "
+            "shfl.sync.idx.b32 $8, $18, 0, 0x1c1f, -1; shfl.sync.idx.b32 $9, $19, 0, 0x1c1f, -1; shfl.sync.idx.b32 $10, $18, 1, 0x1c1f, -1; shfl.sync.idx.b32 $11, $19, 1, 0x1c1f, -1; "
+            "shfl.sync.idx.b32 $12, $18, 2, 0x1c1f, -1; shfl.sync.idx.b32 $13, $19, 2, 0x1c1f, -1; shfl.sync.idx.b32 $14, $18, 3, 0x1c1f, -1; shfl.sync.idx.b32 $15, $19, 3, 0x1c1f, -1;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r",
+            ins,
+            dtype=(tl.int32,) * 16,
+            is_pure=True,
+            pack=1,
+        )
+    else:  # KL = 8, TPL = 1
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $16, 0, 0x181f, -1; shfl.sync.idx.b32 $1, $16, 1, 0x181f, -1; shfl.sync.idx.b32 $2, $16, 2, 0x181f, -1; shfl.sync.idx.b32 $3, $16, 3, 0x181f, -1; "
+            "shfl.sync.idx.b32 $4, $16, 4, 0x181f, -1; shfl.sync.idx.b32 $5, $16, 5, 0x181f, -1; shfl.sync.idx.b32 $6, $16, 6, 0x181f, -1; shfl.sync.idx.b32 $7, $16, 7, 0x181f, -1; "
+            "shfl.sync.idx.b32 $8, $17, 0, 0x181f, -1; shfl.sync.idx.b32 $9, $17, 1, 0x181f, -1; shfl.sync.idx.b32 $10, $17, 2, 0x181f, -1; shfl.sync.idx.b32 $11, $17, 3, 0x181f, -1; "
+            "shfl.sync.idx.b32 $12, $17, 4, 0x181f, -1; shfl.sync.idx.b32 $13, $17, 5, 0x181f, -1; shfl.sync.idx.b32 $14, $17, 6, 0x181f, -1; shfl.sync.idx.b32 $15, $17, 7, 0x181f, -1;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,=r,r,r",
+            ins,
+            dtype=(tl.int32,) * 16,
+            is_pure=True,
+            pack=1,
+        )
+    for j in tl.static_range(KL * TPL):
+        dts = dts + (r[j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        dus = dus + (r[KL * TPL + j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    return dts, dus
+
+
+@triton.jit
+def _tile_bcast1(x, KL: tl.constexpr, TPL: tl.constexpr):
+    """``_tile_bcast`` of one (BLOCK_D, KL, TPL) tile: (x_0, .., x_TT-1), one asm of TT shuffles
+    (the states kernel's dy)."""
+    ins = ()
+    for s in tl.static_range(TPL):
+        ins = ins + (_slot(x, s, TPL).to(tl.int32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    if KL == 2:  # TPL = 4
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $8, 0, 0x1e1f, -1; shfl.sync.idx.b32 $1, $9, 0, 0x1e1f, -1; shfl.sync.idx.b32 $2, $10, 0, 0x1e1f, -1; shfl.sync.idx.b32 $3, $11, 0, 0x1e1f, -1; "
+            "shfl.sync.idx.b32 $4, $8, 1, 0x1e1f, -1; shfl.sync.idx.b32 $5, $9, 1, 0x1e1f, -1; shfl.sync.idx.b32 $6, $10, 1, 0x1e1f, -1; shfl.sync.idx.b32 $7, $11, 1, 0x1e1f, -1;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r",
+            ins,
+            dtype=(tl.int32,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+    elif KL == 4:  # TPL = 2
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $8, 0, 0x1c1f, -1; shfl.sync.idx.b32 $1, $9, 0, 0x1c1f, -1; shfl.sync.idx.b32 $2, $8, 1, 0x1c1f, -1; shfl.sync.idx.b32 $3, $9, 1, 0x1c1f, -1; "
+            "shfl.sync.idx.b32 $4, $8, 2, 0x1c1f, -1; shfl.sync.idx.b32 $5, $9, 2, 0x1c1f, -1; shfl.sync.idx.b32 $6, $8, 3, 0x1c1f, -1; shfl.sync.idx.b32 $7, $9, 3, 0x1c1f, -1;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,r,r",
+            ins,
+            dtype=(tl.int32,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+    else:  # KL = 8, TPL = 1
+        r = tl.inline_asm_elementwise(
+            "shfl.sync.idx.b32 $0, $8, 0, 0x181f, -1; shfl.sync.idx.b32 $1, $8, 1, 0x181f, -1; shfl.sync.idx.b32 $2, $8, 2, 0x181f, -1; shfl.sync.idx.b32 $3, $8, 3, 0x181f, -1; "
+            "shfl.sync.idx.b32 $4, $8, 4, 0x181f, -1; shfl.sync.idx.b32 $5, $8, 5, 0x181f, -1; shfl.sync.idx.b32 $6, $8, 6, 0x181f, -1; shfl.sync.idx.b32 $7, $8, 7, 0x181f, -1;",
+            "=r,=r,=r,=r,=r,=r,=r,=r,r",
+            ins,
+            dtype=(tl.int32,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+    xs = ()
+    for j in tl.static_range(KL * TPL):
+        xs = xs + (r[j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    return xs
+
+
+@triton.jit
 def _lane_bcast(v, o_k, K: tl.constexpr, KL: tl.constexpr):
     """Every lane of a channel gets lane K's element of v (BLOCK_D, KL): one ``shfl.sync.idx``
     within segments of KL lanes (``c`` = segment mask << 8 | clamp); interpreted, a masked sum
@@ -239,6 +340,7 @@ def _fwd_tile_lane(
     ROLL: tl.constexpr = False,
     q_B=None,
     q_C=None,
+    BCAST_TILE: tl.constexpr = False,
 ):
     """TT = KL * TPL steps t0 .. t0 + TT - 1 from their inputs ``ins`` (``_lane_loads``; Note
     [selective scan forward lanes]); stores y unless LOCAL. o_j (1, KL, TPL): a tile element's
@@ -270,9 +372,16 @@ def _fwd_tile_lane(
     nCs = ()
     SH: tl.constexpr = (1, KL, Bs[0].shape[2])  # a B / C row (ROLL)
     NPL: tl.constexpr = KL * Bs[0].shape[2]
+    ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # the tile's shuffles in one asm
+    if ONE:
+        bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
     for j in tl.static_range(TT):
-        b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        if ONE:
+            b_dtj = bdts[j][:, :, None]
+            b_duj = bdus[j][:, :, None]
+        else:
+            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
         h = tl.exp2(b_dtj * b_A2) * h + b_duj * Bs[j]
         if not LOCAL:
             if SCATTER:
@@ -353,7 +462,7 @@ def _selective_scan_fwd_lane_kernel(
     N,  # states
     G,  # groups of B / C
     NCK,  # checkpoint entries = cdiv(L, CK) + 1
-    SEG,  # chunks per segment (program axis 2)
+    SEG,  # checkpoint chunks per segment (program axis 2), tiles with SEG_T
     SOFTPLUS: tl.constexpr,  # dt = softplus(delta + bias)
     NP: tl.constexpr,  # padded states, power of two
     CK: tl.constexpr,  # checkpoint chunk length, multiple of KL * TPL
@@ -379,6 +488,8 @@ def _selective_scan_fwd_lane_kernel(
     BC_JIT: tl.constexpr = False,
     PF_EVERY: tl.constexpr = False,
     BC_ROLL: tl.constexpr = False,
+    BCAST_TILE: tl.constexpr = False,  # ``_tile_bcast`` (``triton_fwd.LANE_BCAST_TILE``)
+    SEG_T: tl.constexpr = False,  # SEG counts tiles (``triton_fwd.LANE_SEGMENTS``)
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -415,11 +526,12 @@ def _selective_scan_fwd_lane_kernel(
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
 
     NC = NCK - 1  # chunks
-    c0 = i_s * SEG
-    c1 = tl.minimum(c0 + SEG, NC)
-    if SPLIT:
-        t_beg = c0 * CK
-        t_end = tl.minimum(c1 * CK, L)
+    if SPLIT and SEG_T:  # segments of SEG tiles (checkpoints where t0 % CK == 0, as ever)
+        t_beg = i_s * (SEG * TT)
+        t_end = tl.minimum(t_beg + SEG * TT, L)
+    elif SPLIT:
+        t_beg = i_s * SEG * CK
+        t_end = tl.minimum(t_beg + SEG * CK, L)
     else:  # one segment: plain bounds (the min() bounds cost 17-20% of the time, H200)
         t_beg = 0
         t_end = L
@@ -490,7 +602,7 @@ def _selective_scan_fwd_lane_kernel(
         h, dt_sum, n_B, n_C = _fwd_tile_lane(
             h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
             KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL,
-            p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP,
+            p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP, BCAST_TILE,
         )  # fmt: skip
         if BC_ROLL:
             nxt = (e_u, e_x, e_z, n_B, n_C)
@@ -500,7 +612,7 @@ def _selective_scan_fwd_lane_kernel(
         p_seg = seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn
         tl.store(p_seg, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
         tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
-    elif c1 == NC:
+    elif t_end == L:  # the last segment
         tl.store(p_ck + NC * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)  # the final entry
         if HAS_LAST:
             tl.store(last + i_b * dim * NP + o_dn, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
@@ -628,6 +740,7 @@ def _states_adj_tile_lane(
     TPL: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    BCAST_TILE: tl.constexpr = False,
 ):
     """The states kernel's tile with the segments' local adjoint (``ADJ``): the TT steps from t0
     of h <- a_t h + dt_t u_t B_t and, on the same a_t = exp2(dt_t A2), P <- a_t P (the decay
@@ -651,10 +764,19 @@ def _states_adj_tile_lane(
         b_z = b_z.to(tl.float32)
         b_dy = b_dy * b_z * _sigmoid(b_z)
     b_dy = tl.where(m, b_dy, 0.0)
+    ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # ``_fwd_tile_lane``'s
+    if ONE:
+        bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
+        bdys = _tile_bcast1(b_dy, KL, TPL)
     for j in tl.static_range(TT):
-        b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        if ONE:
+            b_dtj = bdts[j][:, :, None]
+            b_duj = bdus[j][:, :, None]
+            b_dyj = bdys[j][:, :, None]
+        else:
+            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
         a = tl.exp2(b_dtj * b_A2)
         h = a * h + b_duj * Bs[j]
         P = P * a
@@ -703,6 +825,7 @@ def _selective_scan_bwd_lane_states_kernel(
     SEG,  # chunks per segment
     HAS_Z: tl.constexpr,
     ADJ: tl.constexpr,
+    BCAST_TILE: tl.constexpr = False,  # the forward's (``triton_fwd.LANE_BCAST_TILE``)
 ):
     """The split backward's states kernel (Note [selective scan backward split] in
     ``triton_bwd_split``) on the lane forward's tiles: one program per (channel block, batch,
@@ -757,7 +880,7 @@ def _selective_scan_bwd_lane_states_kernel(
             nxt_do = _tile_load(dout, row, m_d, t0 + TT, t_end, KL, TPL)
             h, P, g, dt_sum = _states_adj_tile_lane(
                 h, P, g, ins, b_do, b_A2, b_bias, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS, KL,
-                TPL, HAS_Z, HAS_BIAS,
+                TPL, HAS_Z, HAS_BIAS, BCAST_TILE,
             )  # fmt: skip
         else:
             h, dt_sum, _nB, _nC = _fwd_tile_lane(
@@ -781,6 +904,7 @@ def _selective_scan_bwd_lane_states_kernel(
                 False,
                 HAS_BIAS,
                 True,
+                BCAST_TILE=BCAST_TILE,
             )
     if ADJ:
         i_bs = i_b * tl.num_programs(2) + tl.program_id(2)
