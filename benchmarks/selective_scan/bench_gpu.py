@@ -478,6 +478,13 @@ def main():
         triton=triton.__version__,
         python=sys.version.split()[0],
     )
+    # eager launch plans a key could not record (Note [eager launch plans]): such calls run the
+    # normal, slower host path in every eager row of that key
+    meta["plans_rejected"] = {
+        "forward": [str(v) for v in triton_fwd.forward.rejected.values()],
+        "backward": [str(v) for v in triton_bwd.backward.rejected.values()],
+    }
+    print("launch plans rejected:", meta["plans_rejected"], flush=True)
     json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
     print(
         "\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |"

@@ -681,6 +681,7 @@ _LANE_OPTION_CASES = [
     pytest.param({"BC_JIT": 1, "PF_BC": 2, "PF_ELEM": 64, "PF_EVERY": 1}, id="bc-jit-prefetch"),
     pytest.param({"BC_ROLL": 0}, id="carried-tile"),
     pytest.param({"PF_BC": 2, "DT_DEFER": 1}, id="bc-roll-prefetch"),
+    pytest.param({"BC_SMEM": 1}, id="bc-smem"),
 ]
 
 

@@ -74,6 +74,13 @@ forward instead of backward: one exp2 per (d, n, t) for both passes instead of t
 launch fewer (H200, 2026-12-02, forward+backward under CUDA graphs: (1, 1536, 4096, 16) bf16
 0.478 -> 0.460 ms, (1, 1024, 65536, 16) bf16 4.513 -> 4.375; sm_90 SASS, bf16: 53 instructions
 per step against the states kernel's 31 alone, capped at 128 registers from 164, no spills).
+
+The lane forward's segments are whole tiles, not checkpoint chunks (``triton_fwd.LANE_SEGMENTS``,
+its kernel's ``SEG_T``): a checkpoint is stored by whichever segment holds its step, so a
+boundary may fall inside a chunk, and the count can be picked to fill the real pass's waves
+(``triton_fwd.fill_waves``: at (1, 1536, 4096, 16) the chunk policy's 16 segments were 1.45 waves
+of 8 two-warp programs a multiprocessor, 22 fill 2; H200, 2026-12-03, bf16 forward under CUDA
+graphs 0.108 -> 0.102 ms, fp32 0.122 -> 0.115; ``benchmarks/RESULTS.md``, eighteenth session).
 """
 
 from __future__ import annotations

@@ -377,7 +377,12 @@ LANE_BC_ROLL = True
 # A shuffle per step let Triton's layout pass compute the softplus chain twice with 16-bit inputs
 # (sm_90 SASS at (1, 1536, 4096) bf16: 42.8 -> 41.0 instructions a thread-step in the real pass,
 # 31.1 -> 28.8 in the local one, 4.62 -> 4.5 MUFU.EX2 a step); fp32 had no second chain (38.5 ->
-# 39.1 at (8, 4096, 2048), the same at batch 1)
+# 39.1 at (8, 4096, 2048), the same at batch 1). H200, 2026-12-03, CUDA graphs, forward ms, 0 /
+# 1 / 2 (``device_eighteenth1.sh``): bf16 (1, 1536, 4096) 0.112 / 0.108 / 0.108, (1, 1024, 65536)
+# 0.958 / 0.920 / 0.921, (8, 4096, 2048) 0.586 / 0.576 / 0.577, (16, 1536, 1024) 0.236 / 0.237 /
+# 0.238; fp32 0.123 / 0.123 / 0.122, 1.040 / 1.040 / 1.037, 0.621 / 0.621 / 0.623, 0.279 / 0.278 /
+# 0.279. The backward's states kernel follows it (``bcast_tile``): bf16 forward+backward at
+# (1, 1024, 65536) 4.252 -> 4.177 ms (``device_eighteenth4.sh``)
 LANE_BCAST_TILE = 1
 
 # segments of the split lane forward (Note [selective scan segments]) where it splits L, of
@@ -634,7 +639,9 @@ def _launch(
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     seg_t = lane and nseg > 1 and LANE_SEGMENTS != 0
     if seg_t:  # segments of whole tiles instead (LANE_SEGMENTS)
-        want = LANE_SEGMENTS if LANE_SEGMENTS > 0 else fill_waves(batch * nblk, nseg, warps, dev)
+        want = (
+            LANE_SEGMENTS if LANE_SEGMENTS > 0 else fill_waves(batch * nblk, nseg, warps, u.device)
+        )
         seg = cdiv(cdiv(L, TT), want)
         nseg = cdiv(cdiv(L, TT), seg)
     f32 = torch.float32

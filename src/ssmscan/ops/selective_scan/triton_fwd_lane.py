@@ -21,6 +21,25 @@ leaves: carried as a whole, ptxas copied the freshly loaded rows into the loop's
 its end, and those copies waited out the loads (a third of the local pass's stall samples,
 Nsight Compute, 2026-12-02; ``benchmarks/RESULTS.md``, seventeenth session).
 
+A tile's 2 TT broadcasts of dt and dt * u come from one inline asm (``_tile_bcast``,
+``BCAST_TILE``; ``triton_fwd.LANE_BCAST_TILE``, 16-bit inputs by default): with a
+``shfl.sync.idx`` per call Triton's layout pass gave the first step's split another, equivalent
+layout than the other steps' and, with 16-bit inputs, computed the tile's softplus chain in both
+(3 softplus a thread and tile for its 2 elements; sm_90 SASS at (1, 1536, 4096) bf16 42.8 -> 41.0
+instructions a thread-step in the real pass, 31.1 -> 28.8 in the local one; H200, 2026-12-03,
+CUDA graphs, bf16 forward 3.5-4% faster at batch 1, 1.8% at (8, 4096, 2048); fp32, which had no
+second chain, within 1% either way, so it keeps the per-step shuffles). The backward's states
+kernel takes the same broadcasts (and ``_tile_bcast1`` for its dy): with ``ADJ`` in bf16 128
+instead of 168 registers.
+
+``BC_SMEM`` (an off option) stages the next tile's B / C rows through shared memory: one
+coalesced (TT, NP) load a program (``_bc_block``), Triton's layout conversion to the lanes' rows
+(``_bc_rows``: STS, a barrier, 16 LDS a thread and tile instead of 16 LDG). It frees registers
+(the batch-1 real pass 122 -> 96, the local pass 64 -> 48, (8, 4096, 2048) bf16 80) but was
+slower where it mattered: H200, 2026-12-03, CUDA graphs, bf16 forward 7% at (1, 1536, 4096),
+8% at (1, 1024, 65536), 12% at (8, 4096, 2048); fp32 1% faster at batch 1, 2-5% slower at large
+batch. More resident warps did not buy what the barriers and shared-memory loads cost.
+
 Why (H200, 2026-12-01, library op, same process as mamba-ssm, eager ms, lane / 2-D kernel): the
 2-D kernel's 58.8 instructions per thread-step (sm_90 SASS at (8, 4096, 2048, 16) fp32; 12 of
 them ``_col``'s selects, shuffles and adds, 4 more masked B / C address and zeroing work) are
@@ -138,6 +157,36 @@ def _tile_bcast(b_dt, b_du, KL: tl.constexpr, TPL: tl.constexpr):
         dts = dts + (r[j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         dus = dus + (r[KL * TPL + j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     return dts, dus
+
+
+@triton.jit
+def _bc_block(Xt, base, t0, NP: tl.constexpr, TT: tl.constexpr):
+    """The (TT, NP) block of B_t / C_t rows t0 .. t0 + TT - 1 at ``Xt + base``: one coalesced
+    load (a few elements a thread), for ``_bc_rows``."""
+    o = tl.arange(0, TT)[:, None] * NP + tl.arange(0, NP)[None, :]
+    return tl.load(Xt + base + t0 * NP + o)
+
+
+@triton.jit
+def _bc_rows(raw, KL: tl.constexpr, SPT: tl.constexpr):
+    """The TT = 8 rows (1, KL, SPT) of a (8, NP) block (``_bc_block``): Triton converts the
+    block's layout to the lanes' through shared memory."""
+    t = tl.permute(tl.reshape(raw, (8, KL, SPT)), (1, 2, 0))  # (KL, SPT, 8): step 4 a + 2 b + c
+    t = tl.reshape(t, (KL, SPT, 2, 2, 2))
+    rows = ()
+    c0, c1 = tl.split(t)
+    for c in tl.static_range(2):
+        xc = c0 if c == 0 else c1
+        b0, b1 = tl.split(xc)
+        for b in tl.static_range(2):
+            xb = b0 if b == 0 else b1
+            a0, a1 = tl.split(xb)
+            rows = rows + (a0, a1)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    # rows now in order (c, b, a): step 4 a + 2 b + c
+    out = ()
+    for j in tl.static_range(8):
+        out = out + (tl.reshape(rows[(j % 2) * 4 + ((j // 2) % 2) * 2 + j // 4], (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    return out
 
 
 @triton.jit
@@ -490,6 +539,7 @@ def _selective_scan_fwd_lane_kernel(
     BC_ROLL: tl.constexpr = False,
     BCAST_TILE: tl.constexpr = False,  # ``_tile_bcast`` (``triton_fwd.LANE_BCAST_TILE``)
     SEG_T: tl.constexpr = False,  # SEG counts tiles (``triton_fwd.LANE_SEGMENTS``)
+    BC_SMEM: tl.constexpr = False,  # B / C rows through shared memory (off: Note above)
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -551,6 +601,10 @@ def _selective_scan_fwd_lane_kernel(
     # the next tile's inputs load while this one computes (B / C padded for it); with AHEAD = 2
     # u, delta, z two tiles ahead (a register or two each: ptxas issues the next tile's loads
     # late in the iteration)
+    if BC_SMEM:
+        nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
+        nB = _bc_block(Bt, bc, t_beg, NP, TT)
+        nC = nB if LOCAL else _bc_block(Ct, bc, t_beg, NP, TT)
     if BC_JIT:
         nxt = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
     else:
@@ -578,7 +632,16 @@ def _selective_scan_fwd_lane_kernel(
                 _prefetch_l1(delta + r_pf)
                 if HAS_Z and not LOCAL:
                     _prefetch_l1(z + r_pf)
-        if BC_ROLL:  # u, delta, z of the next tile here, its B / C rows in the tile
+        if BC_SMEM:  # the next tile's B / C as (TT, NP) blocks, rows through shared memory
+            e_u, e_x, e_z = nxe
+            bB = nB
+            bC = nC
+            nxe = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
+            nB = _bc_block(Bt, bc, t0 + TT, NP, TT)
+            nC = nB if LOCAL else _bc_block(Ct, bc, t0 + TT, NP, TT)
+            rB = _bc_rows(bB, KL, SPT)
+            ins = (e_u, e_x, e_z, rB, rB if LOCAL else _bc_rows(bC, KL, SPT))
+        elif BC_ROLL:  # u, delta, z of the next tile here, its B / C rows in the tile
             ins = nxt
             e_u, e_x, e_z = _lane_elem_loads(
                 u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL
@@ -601,10 +664,10 @@ def _selective_scan_fwd_lane_kernel(
             )
         h, dt_sum, n_B, n_C = _fwd_tile_lane(
             h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
-            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL,
+            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL and not BC_SMEM,
             p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP, BCAST_TILE,
         )  # fmt: skip
-        if BC_ROLL:
+        if BC_ROLL and not BC_SMEM:
             nxt = (e_u, e_x, e_z, n_B, n_C)
     if LOCAL:
         if DT_DEFER:
