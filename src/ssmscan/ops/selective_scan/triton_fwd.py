@@ -464,7 +464,7 @@ def fill_waves(per_segment: int, nseg: int, warps: int, device: torch.device) ->
         return nseg
     per_wave = 65536 // (LANE_SPLIT_REGS * 32 * warps) * _sm_count(device.index)
     waves = cdiv(per_segment * nseg, per_wave)
-    return nseg if waves <= 1 else max(nseg, waves * per_wave // per_segment)
+    return nseg if waves <= 1 else waves * per_wave // per_segment  # >= nseg: waves were rounded up
 
 
 def bcast_tile(dtype: torch.dtype) -> bool:
