@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 
@@ -330,6 +331,12 @@ def main():
         help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; lane-aN: LANE_AHEAD = N; lane-btN: LANE_BCAST_TILE = N; suffixed keys as above)",
     )
     ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds over everything timed for a (shape, dtype), interleaved; medians of rounds",
+    )
+    ap.add_argument(
         "--plans",
         action="store_true",
         help="recorded eager launch plans on (Note [eager launch plans])",
@@ -369,6 +376,37 @@ def main():
             + ("" if fv == default_fwd else "f" + fv)
         )
 
+    def set_fwd_variant(fv):
+        # "tlane": the lane forward with the time-lane kernel where L would split
+        # ("tlane-bcM": with triton_fwd.TLANE_BC_MODE = M)
+        tlane = fv.startswith("tlane")
+        triton_fwd.FWD_VARIANT = "lane" if tlane else fv.split("-")[0]
+        triton_fwd.FWD_TIME_LANES = tlane
+        fopts = fv.split("-")[1:]
+        # "-nosc": triton_fwd.LANE_Y_SCATTER off
+        triton_fwd.LANE_Y_SCATTER = default_scatter and "nosc" not in fopts
+        # "-aN": triton_fwd.LANE_AHEAD = N
+        ahead = [int(o[1:]) for o in fopts if o[:1] == "a" and o[1:].isdigit()]
+        triton_fwd.LANE_AHEAD = ahead[0] if ahead else default_ahead
+        # "-btN": triton_fwd.LANE_BCAST_TILE = N (the backward's states kernel too)
+        bts = [int(o[2:]) for o in fopts if o.startswith("bt")]
+        triton_fwd.LANE_BCAST_TILE = bts[0] if bts else default_bcast
+        bcs = [int(o[2:]) for o in fopts if o.startswith("bc")]
+        triton_fwd.TLANE_BC_MODE = bcs[0] if bcs else 0
+        ws = [int(o[1:]) for o in fopts if o.startswith("w")]
+        triton_fwd.TLANE_WARPS = ws[0] if ws else 1
+        rs = [int(o[1:]) for o in fopts if o.startswith("r")]
+        triton_fwd.TLANE_OPTIONS = {"maxnreg": rs[0]} if rs else {}
+
+    def set_all(ck, tw, bv, fv):
+        set_checkpoint_len(ck)
+        set_target_warps(tw)
+        set_variant(bv)
+        set_fwd_variant(fv)
+
+    def bench(fn):
+        return triton.testing.do_bench(fn, return_mode="median", warmup=10, rep=60)
+
     for batch, dim, L, N in shapes_:
         for dtype in (torch.float32, torch.bfloat16):
             kw = make(batch, dim, L, N, dtype)
@@ -380,90 +418,68 @@ def main():
                 floor_fwd_ms=f_floor * 1e3,
                 floor_fb_ms=fb_floor * 1e3,
             )
-            if mb is not None:
-                row["mamba_fwd_ms"] = triton.testing.do_bench(
-                    lambda kw=kw: mamba_fwd(mb, kw), return_mode="median", warmup=10, rep=60
-                )
-                row["mamba_fb_ms"] = triton.testing.do_bench(
-                    lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout),
-                    return_mode="median",
-                    warmup=10,
-                    rep=60,
-                )
-                if args.graph:
-                    row["mamba_fwd_graph_ms"] = graph_ms(lambda kw=kw: mamba_fwd(mb, kw))
-                    row["mamba_fb_graph_ms"] = graph_ms(
-                        lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout)
-                    )
             refs = references(kw, dout, mb)
+            # what is timed, each (row key, settings, fn): mamba-ssm's, then every variant that
+            # passes its check; the rounds run them all in turn (``--rounds``), each key's
+            # time the median of its rounds' medians, so that nothing is timed only first
+            timed = []
+            if mb is not None:
+                timed += [
+                    ("mamba_fwd_ms", None, lambda kw=kw: mamba_fwd(mb, kw)),
+                    ("mamba_fb_ms", None, lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout)),
+                ]
+                if args.graph:
+                    timed += [
+                        ("mamba_fwd_graph_ms", None, ("graph", lambda kw=kw: mamba_fwd(mb, kw))),
+                        ("mamba_fb_graph_ms", None,
+                         ("graph", lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout))),
+                    ]  # fmt: skip
             for ck, tw, bv, fv in variants:
-                set_checkpoint_len(ck)
-                set_target_warps(tw)
-                set_variant(bv)
-                # "tlane": the lane forward with the time-lane kernel where L would split
-                # ("tlane-bcM": with triton_fwd.TLANE_BC_MODE = M)
-                tlane = fv.startswith("tlane")
-                triton_fwd.FWD_VARIANT = "lane" if tlane else fv.split("-")[0]
-                triton_fwd.FWD_TIME_LANES = tlane
-                fopts = fv.split("-")[1:]
-                # "-nosc": triton_fwd.LANE_Y_SCATTER off
-                triton_fwd.LANE_Y_SCATTER = default_scatter and "nosc" not in fopts
-                # "-aN": triton_fwd.LANE_AHEAD = N
-                ahead = [int(o[1:]) for o in fopts if o[:1] == "a" and o[1:].isdigit()]
-                triton_fwd.LANE_AHEAD = ahead[0] if ahead else default_ahead
-                # "-btN": triton_fwd.LANE_BCAST_TILE = N (the backward's states kernel too)
-                bts = [int(o[2:]) for o in fopts if o.startswith("bt")]
-                triton_fwd.LANE_BCAST_TILE = bts[0] if bts else default_bcast
-                bcs = [int(o[2:]) for o in fopts if o.startswith("bc")]
-                triton_fwd.TLANE_BC_MODE = bcs[0] if bcs else 0
-                ws = [int(o[1:]) for o in fopts if o.startswith("w")]
-                triton_fwd.TLANE_WARPS = ws[0] if ws else 1
-                rs = [int(o[1:]) for o in fopts if o.startswith("r")]
-                triton_fwd.TLANE_OPTIONS = {"maxnreg": rs[0]} if rs else {}
-                ck = key(ck, tw, bv, fv)
+                set_all(ck, tw, bv, fv)
+                k = key(ck, tw, bv, fv)
                 errs = check(kw, dout, refs)
                 ok = (
                     errs["out"] <= tol[dtype]
                     and errs["last"] <= tol[dtype]
                     and all(
-                        v <= 10 * tol[dtype] for k, v in errs.items() if k.endswith("_vs_mamba")
+                        v <= 10 * tol[dtype] for k_, v in errs.items() if k_.endswith("_vs_mamba")
                     )
                 )
-                row[f"ck{ck}_errors"] = errs
-                row[f"ck{ck}_ok"] = ok
+                row[f"ck{k}_errors"] = errs
+                row[f"ck{k}_ok"] = ok
                 if not ok:
                     print(
-                        "FAILED CHECK, not timed:", row["shape"], row["dtype"], ck, errs, flush=True
+                        "FAILED CHECK, not timed:", row["shape"], row["dtype"], k, errs, flush=True
                     )
                     continue
-                row[f"ck{ck}_fwd_ms"] = triton.testing.do_bench(
-                    lambda kw=kw: ours_fwd(kw), return_mode="median", warmup=10, rep=60
-                )
-                row[f"ck{ck}_fb_ms"] = triton.testing.do_bench(
-                    lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout),
-                    return_mode="median",
-                    warmup=10,
-                    rep=60,
-                )
+                v = (ck, tw, bv, fv)
+                timed += [
+                    (f"ck{k}_fwd_ms", v, lambda kw=kw: ours_fwd(kw)),
+                    (f"ck{k}_fb_ms", v, lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout)),
+                ]
                 if args.api:
-                    kwg = {k: v.detach().clone().requires_grad_() for k, v in kw.items()}
-                    row[f"ck{ck}_api_fwd_ms"] = triton.testing.do_bench(
-                        lambda kw=kw: api_fwd(kw), return_mode="median", warmup=10, rep=60
-                    )
-                    row[f"ck{ck}_api_fb_ms"] = triton.testing.do_bench(
-                        lambda kwg=kwg, dout=dout: api_fwd_bwd(kwg, dout),
-                        return_mode="median",
-                        warmup=10,
-                        rep=60,
-                    )
-                    del kwg
+                    kwg = {n: t.detach().clone().requires_grad_() for n, t in kw.items()}
+                    timed += [
+                        (f"ck{k}_api_fwd_ms", v, lambda kw=kw: api_fwd(kw)),
+                        (f"ck{k}_api_fb_ms", v, lambda kwg=kwg, dout=dout: api_fwd_bwd(kwg, dout)),
+                    ]
                 if args.graph:
-                    row[f"ck{ck}_fwd_graph_ms"] = graph_ms(lambda kw=kw: ours_fwd(kw))
-                    row[f"ck{ck}_fb_graph_ms"] = graph_ms(
-                        lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout)
-                    )
-            triton_bwd.BWD_VARIANT = default_bwd
-            triton_fwd.FWD_VARIANT = default_fwd
+                    timed += [
+                        (f"ck{k}_fwd_graph_ms", v, ("graph", lambda kw=kw: ours_fwd(kw))),
+                        (f"ck{k}_fb_graph_ms", v,
+                         ("graph", lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout))),
+                    ]  # fmt: skip
+            rounds: dict[str, list[float]] = {k: [] for k, _, _ in timed}
+            for _ in range(args.rounds):
+                for k, v, fn in timed:
+                    if v is not None:
+                        set_all(*v)
+                    ms = graph_ms(fn[1]) if isinstance(fn, tuple) else bench(fn)
+                    rounds[k].append(ms)
+            for k, ms in rounds.items():
+                row[k] = statistics.median(ms)
+                row[k.replace("_ms", "_rounds")] = ms
+            set_all(*variants[0][:2], default_bwd, default_fwd)
             triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = False, 0
             triton_fwd.TLANE_WARPS, triton_fwd.TLANE_OPTIONS = 1, {}
             triton_fwd.LANE_Y_SCATTER, triton_fwd.LANE_AHEAD = default_scatter, default_ahead

@@ -8,7 +8,9 @@ slice (``bench_gpu.references``) before it is timed.
 
 A variant is ``;``-separated from the next, its settings ``,``-separated: ``NAME=INT`` for a
 constexpr of ``_selective_scan_fwd_lane_kernel`` (through ``triton_fwd.LANE_OPTIONS``, both
-passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting; ``base`` is the library's default."""
+passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting; ``base`` is the library's default.
+With ``--mamba`` mamba-ssm's forward (``selective_scan_cuda`` on the path) is timed the same way in
+every round, and each variant's ratio to it printed."""
 
 from __future__ import annotations
 
@@ -46,7 +48,11 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--mamba", action="store_true", help="time mamba-ssm's forward too")
     a = ap.parse_args()
+    mb = None
+    if a.mamba:
+        import selective_scan_cuda as mb  # type: ignore[import-not-found]
     variants = [v.strip() for v in a.variants.split(";") if v.strip()]
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
     tol = {dt: bench_gpu.tolerance(dt) for dt in (torch.float32, torch.bfloat16, torch.float16)}
@@ -60,7 +66,10 @@ def main():
             refs = bench_gpu.references(kw, None, None)
             times: dict[str, list[float]] = {v: [] for v in variants}
             errs: dict[str, float] = {}
+            mamba_ms: list[float] = []
             for r in range(a.rounds):
+                if mb is not None:
+                    mamba_ms.append(bench_gpu.graph_ms(lambda kw=kw: bench_gpu.mamba_fwd(mb, kw)))
                 for v in variants:
                     opts, mod = parse(v)
                     for k in mod:
@@ -83,11 +92,19 @@ def main():
                         for k, x in base_mod.items():
                             setattr(MODULES[k.split(".")[0]], k.split(".")[1], x)
             base = statistics.median(times[variants[0]]) if times[variants[0]] else None
+            mamba = statistics.median(mamba_ms) if mamba_ms else None
+            if mamba is not None:
+                rows.append(
+                    dict(shape=sh, dtype=dn, variant="mamba-ssm", ms=mamba, rounds=mamba_ms)
+                )
+                print(f"{sh} {dn} {'mamba-ssm':40s} {round(mamba, 4)} ms", flush=True)
             for v in variants:
                 ms = statistics.median(times[v]) if times[v] else None
                 rows.append(dict(shape=sh, dtype=dn, variant=v, ms=ms, err=errs.get(v),
                                  rounds=times[v]))  # fmt: skip
                 ratio = f" ({ms / base:.3f} of the first)" if ms and base else ""
+                if ms and mamba:
+                    ratio += f" ({ms / mamba:.3f} of mamba-ssm)"
                 print(f"{sh} {dn} {v:40s} {ms if ms is None else round(ms, 4)} ms{ratio}"
                       f" err {errs.get(v, float('nan')):.1e}", flush=True)  # fmt: skip
             del kw, refs
