@@ -420,8 +420,9 @@ def main():
             )
             refs = references(kw, dout, mb)
             # what is timed, each (row key, settings, fn): mamba-ssm's, then every variant that
-            # passes its check; the rounds run them all in turn (``--rounds``), each key's
-            # time the median of its rounds' medians, so that nothing is timed only first
+            # passes its check (``*_graph_ms`` keys replayed from a CUDA graph); the rounds run
+            # them all in turn (``--rounds``), each key's time the median of its rounds'
+            # medians, so that nothing is timed only first
             timed = []
             if mb is not None:
                 timed += [
@@ -430,9 +431,8 @@ def main():
                 ]
                 if args.graph:
                     timed += [
-                        ("mamba_fwd_graph_ms", None, ("graph", lambda kw=kw: mamba_fwd(mb, kw))),
-                        ("mamba_fb_graph_ms", None,
-                         ("graph", lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout))),
+                        ("mamba_fwd_graph_ms", None, lambda kw=kw: mamba_fwd(mb, kw)),
+                        ("mamba_fb_graph_ms", None, lambda kw=kw, dout=dout: mamba_fwd_bwd(mb, kw, dout)),
                     ]  # fmt: skip
             for ck, tw, bv, fv in variants:
                 set_all(ck, tw, bv, fv)
@@ -465,24 +465,21 @@ def main():
                     ]
                 if args.graph:
                     timed += [
-                        (f"ck{k}_fwd_graph_ms", v, ("graph", lambda kw=kw: ours_fwd(kw))),
-                        (f"ck{k}_fb_graph_ms", v,
-                         ("graph", lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout))),
+                        (f"ck{k}_fwd_graph_ms", v, lambda kw=kw: ours_fwd(kw)),
+                        (f"ck{k}_fb_graph_ms", v, lambda kw=kw, dout=dout: ours_fwd_bwd(kw, dout)),
                     ]  # fmt: skip
             rounds: dict[str, list[float]] = {k: [] for k, _, _ in timed}
             for _ in range(args.rounds):
                 for k, v, fn in timed:
                     if v is not None:
                         set_all(*v)
-                    ms = graph_ms(fn[1]) if isinstance(fn, tuple) else bench(fn)
+                    ms = graph_ms(fn) if k.endswith("_graph_ms") else bench(fn)
                     rounds[k].append(ms)
             for k, ms in rounds.items():
                 row[k] = statistics.median(ms)
                 row[k.replace("_ms", "_rounds")] = ms
-            set_all(*variants[0][:2], default_bwd, default_fwd)
-            triton_fwd.FWD_TIME_LANES, triton_fwd.TLANE_BC_MODE = False, 0
-            triton_fwd.TLANE_WARPS, triton_fwd.TLANE_OPTIONS = 1, {}
-            triton_fwd.LANE_Y_SCATTER, triton_fwd.LANE_AHEAD = default_scatter, default_ahead
+            set_variant(default_bwd)  # the library's variants (and their options) again
+            set_fwd_variant(default_fwd)
             rows.append(row)
             print(json.dumps(row), flush=True)
             del kw, dout, refs
