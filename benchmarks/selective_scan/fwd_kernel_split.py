@@ -10,13 +10,10 @@ Variants as ``fwd_knob_sweep.py`` takes them; each kernel's mean over ``--calls`
 from __future__ import annotations
 
 import argparse
-import collections
 
 import bench_gpu
 import fwd_knob_sweep
 import torch
-
-from ssmscan.ops.selective_scan import triton_fwd
 
 
 def main():
@@ -26,22 +23,12 @@ def main():
     ap.add_argument("--variants", default="base")
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
-    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
-    base_opts = dict(triton_fwd.LANE_OPTIONS)
     for sh in a.shapes.split(","):
         batch, dim, L, N = (int(x) for x in sh.split("x"))
         for dn in a.dtypes.split(","):
-            kw = bench_gpu.make(batch, dim, L, N, dtypes[dn])
+            kw = bench_gpu.make(batch, dim, L, N, fwd_knob_sweep.DTYPES[dn])
             for v in [x.strip() for x in a.variants.split(";") if x.strip()]:
-                opts, mod = fwd_knob_sweep.parse(v)
-                saved = {
-                    k: getattr(fwd_knob_sweep.MODULES[k.split(".")[0]], k.split(".")[1])
-                    for k in mod
-                }
-                try:
-                    triton_fwd.LANE_OPTIONS = {**base_opts, **opts}
-                    for k, x in mod.items():
-                        setattr(fwd_knob_sweep.MODULES[k.split(".")[0]], k.split(".")[1], x)
+                with fwd_knob_sweep.applied(v):
                     for _ in range(3):
                         bench_gpu.ours_fwd(kw)
                     torch.cuda.synchronize()
@@ -50,23 +37,18 @@ def main():
                         for _ in range(a.calls):
                             bench_gpu.ours_fwd(kw)
                         torch.cuda.synchronize()
-                    tot: dict[str, float] = collections.defaultdict(float)
-                    evs = [
-                        e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                    ]
-                    evs.sort(key=lambda e: e.time_range.start)
-                    per_call = len(evs) // a.calls
-                    for i, e in enumerate(evs[: per_call * a.calls]):
-                        key = f"[{i % per_call}] {e.name}"  # launch i of a call: the local / real pass apart
-                        tot[key] += e.device_time if hasattr(e, "device_time") else e.cuda_time
-                    print(f"{sh} {dn} {v}:", flush=True)
-                    for k in sorted(tot, key=lambda k: int(k[1 : k.index("]")])):
-                        print(f"   {tot[k] / a.calls:9.2f} us  {k[:100]}", flush=True)
-                    print(f"   {sum(tot.values()) / a.calls:9.2f} us total", flush=True)
-                finally:
-                    triton_fwd.LANE_OPTIONS = dict(base_opts)
-                    for k, x in saved.items():
-                        setattr(fwd_knob_sweep.MODULES[k.split(".")[0]], k.split(".")[1], x)
+                evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+                evs.sort(key=lambda e: e.time_range.start)
+                per_call = len(evs) // a.calls
+                tot = [0.0] * per_call  # launch i of a call: the local and real pass apart
+                names = [""] * per_call
+                for i, e in enumerate(evs[: per_call * a.calls]):
+                    tot[i % per_call] += e.device_time if hasattr(e, "device_time") else e.cuda_time
+                    names[i % per_call] = e.name
+                print(f"{sh} {dn} {v}:", flush=True)
+                for i in range(per_call):
+                    print(f"   {tot[i] / a.calls:9.2f} us  [{i}] {names[i][:100]}", flush=True)
+                print(f"   {sum(tot) / a.calls:9.2f} us total", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ is timed too (a bound from a deliberately wrong kernel, e.g. one that skips work
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 
@@ -25,6 +26,7 @@ import torch
 from ssmscan.ops.selective_scan import triton_common, triton_fwd
 
 MODULES = {"triton_fwd": triton_fwd, "triton_common": triton_common}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
 def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -40,6 +42,25 @@ def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
         else:
             opts[name] = int(value)
     return opts, mod
+
+
+@contextlib.contextmanager
+def applied(spec: str):
+    """The library's forward with variant ``spec`` set (kernel options on top of
+    ``triton_fwd.LANE_OPTIONS``, module settings); everything restored on exit."""
+    opts, mod = parse(spec)
+    targets = {k: (MODULES[k.split(".")[0]], k.split(".")[1]) for k in mod}
+    saved_opts = triton_fwd.LANE_OPTIONS
+    saved = {k: getattr(m, n) for k, (m, n) in targets.items()}
+    try:
+        triton_fwd.LANE_OPTIONS = {**saved_opts, **opts}
+        for k, (m, n) in targets.items():
+            setattr(m, n, mod[k])
+        yield
+    finally:
+        triton_fwd.LANE_OPTIONS = saved_opts
+        for k, (m, n) in targets.items():
+            setattr(m, n, saved[k])
 
 
 def main():
@@ -60,14 +81,12 @@ def main():
     if a.mamba:
         import selective_scan_cuda as mb  # type: ignore[import-not-found]
     variants = [v.strip() for v in a.variants.split(";") if v.strip()]
-    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
-    tol = {dt: bench_gpu.tolerance(dt) for dt in (torch.float32, torch.bfloat16, torch.float16)}
-    base_opts, base_mod = dict(triton_fwd.LANE_OPTIONS), {}
+    tol = {dt: bench_gpu.tolerance(dt) for dt in DTYPES.values()}
     rows = []
     for sh in a.shapes.split(","):
         batch, dim, L, N = (int(x) for x in sh.split("x"))
         for dn in a.dtypes.split(","):
-            dtype = dtypes[dn]
+            dtype = DTYPES[dn]
             kw = bench_gpu.make(batch, dim, L, N, dtype)
             refs = bench_gpu.references(kw, None, None)
             times: dict[str, list[float]] = {v: [] for v in variants}
@@ -77,14 +96,7 @@ def main():
                 if mb is not None:
                     mamba_ms.append(bench_gpu.graph_ms(lambda kw=kw: bench_gpu.mamba_fwd(mb, kw)))
                 for v in variants:
-                    opts, mod = parse(v)
-                    for k in mod:
-                        m, n = k.split(".")
-                        base_mod.setdefault(k, getattr(MODULES[m], n))
-                    try:
-                        triton_fwd.LANE_OPTIONS = {**base_opts, **opts}
-                        for k, x in mod.items():
-                            setattr(MODULES[k.split(".")[0]], k.split(".")[1], x)
+                    with applied(v):
                         if r == 0:
                             e = bench_gpu.check(kw, None, refs)
                             errs[v] = max(e["out"], e["last"])
@@ -93,10 +105,6 @@ def main():
                         if errs[v] > tol[dtype] and not a.no_check:
                             continue
                         times[v].append(bench_gpu.graph_ms(lambda kw=kw: bench_gpu.ours_fwd(kw)))
-                    finally:
-                        triton_fwd.LANE_OPTIONS = dict(base_opts)
-                        for k, x in base_mod.items():
-                            setattr(MODULES[k.split(".")[0]], k.split(".")[1], x)
             base = statistics.median(times[variants[0]]) if times[variants[0]] else None
             mamba = statistics.median(mamba_ms) if mamba_ms else None
             if mamba is not None:
