@@ -83,12 +83,11 @@ def main() -> None:
         "--lane-options", default="", help="triton_fwd.LANE_OPTIONS, e.g. BC_JIT=1,PF_BC=2"
     )
     a = ap.parse_args()
-    if a.lane_options:
-        from ssmscan.ops.selective_scan import triton_fwd
-
-        triton_fwd.LANE_OPTIONS = {
-            k: int(v) for k, v in (o.split("=") for o in a.lane_options.split(","))
-        }
+    lane_options = (
+        {k: int(v) for k, v in (o.split("=") for o in a.lane_options.split(","))}
+        if a.lane_options
+        else {}
+    )
     if a.time_lanes is not None:
         from ssmscan.ops.selective_scan import triton_fwd
 
@@ -100,6 +99,10 @@ def main() -> None:
             dout = torch.randn_like(kw["u"])
             for var in a.bwd_variants.split(",")[: 1 if a.fwd else None]:
                 bench_gpu.set_variant(var)
+                if lane_options:  # on top of the variant's (set_variant resets them)
+                    from ssmscan.ops.selective_scan import triton_fwd
+
+                    triton_fwd.LANE_OPTIONS = {**triton_fwd.LANE_OPTIONS, **lane_options}
                 if a.once:
                     for _ in range(3):
                         if a.fwd:
