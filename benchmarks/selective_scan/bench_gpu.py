@@ -274,9 +274,9 @@ def check(kw, dout, refs):
     return errs
 
 
-def graph_ms(fn) -> float:
-    """Median ms of ``fn`` replayed from a CUDA graph: the GPU time without the host's launch
-    overhead (what torch.compile's "reduce-overhead" mode gives)."""
+def graph_of(fn) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``fn`` (run three times on a side stream first: compiles, allocator
+    warm-up)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -286,6 +286,13 @@ def graph_ms(fn) -> float:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
+    return g
+
+
+def graph_ms(fn) -> float:
+    """Median ms of ``fn`` replayed from a CUDA graph: the GPU time without the host's launch
+    overhead (what torch.compile's "reduce-overhead" mode gives)."""
+    g = graph_of(fn)
     ms = triton.testing.do_bench(g.replay, return_mode="median", warmup=10, rep=60)
     del g
     return ms

@@ -23,21 +23,12 @@ FLUSH = None  # the L2 flush buffer (--graph)
 
 
 def graphed(kw):
-    """A replay of a CUDA graph of one forward call (warmed up on a side stream first, as
-    ``bench_gpu.graph_ms``); makes the flush buffer on first use."""
+    """A replay of a CUDA graph of one forward call (``bench_gpu.graph_of``); makes the flush
+    buffer on first use."""
     global FLUSH
     if FLUSH is None:
         FLUSH = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            bench_gpu.ours_fwd(kw)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        bench_gpu.ours_fwd(kw)
-    return g.replay
+    return bench_gpu.graph_of(lambda: bench_gpu.ours_fwd(kw)).replay
 
 
 def main():

@@ -60,16 +60,8 @@ def launch(rec: tuple, stream: torch.cuda.Stream) -> None:
 
 def graph_us(fn) -> float:
     """``fn`` (launches on the current stream and on side streams joined back) captured in a
-    CUDA graph, replayed under ``do_bench``: median us."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    CUDA graph (``bench_gpu.graph_of``), replayed under ``do_bench``: median us."""
+    g = bench_gpu.graph_of(fn)
     return 1e3 * triton.testing.do_bench(g.replay, return_mode="median", warmup=25, rep=200)
 
 
