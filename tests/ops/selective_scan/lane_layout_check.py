@@ -21,6 +21,7 @@ from ssmscan.ops.selective_scan import (
     triton_bwd_split,
     triton_fwd,
     triton_fwd_lane,
+    triton_fwd_lane2,
 )
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
@@ -43,6 +44,8 @@ KERNELS = {
     # the split backward's lane states kernel and the segments' lane local pass
     "states": triton_fwd_lane._selective_scan_bwd_lane_states_kernel,
     "local": triton_bwd_lane._selective_scan_bwd_lane_local_kernel,
+    # the forward's real pass with two channels a thread (``triton_fwd.LANE_CH2``)
+    "fwd2": triton_fwd_lane2._selective_scan_fwd_lane2_kernel,
 }
 
 
@@ -117,6 +120,9 @@ CONFIGS = [
     ("bf16", 8, 2048, False, False, 1),
     ("fp32", 32, 1000, True, False, 1),
     ("bf16", 32, 1001, False, True, 1),
+    ("fp32", 16, 2048, True, False, 1, "fwd2"),
+    ("bf16", 16, 2047, False, False, 1, "fwd2"),
+    ("bf16", 16, 4096, True, False, 2, "fwd2"),
 ]
 
 
@@ -194,7 +200,7 @@ def main() -> int:
         compiled = compile_lane(*cfg)
         impure += impure_asm(compiled.asm["ttir"])
         # the forward's butterflies too (``_y_scatter``: 16 states), as its launcher checks
-        fwd = len(cfg) < 7 or cfg[6] == "fwd"
+        fwd = len(cfg) < 7 or cfg[6] in ("fwd", "fwd2")
         problem = triton_fwd_lane.lane_layout_problem(compiled.asm["ttgir"], KL, bfly=fwd)
         print(cfg, "ok" if problem is None else problem, flush=True)
         bad += problem is not None

@@ -78,6 +78,7 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     lane_geometry,
     padded_steps,
 )
+from ssmscan.ops.selective_scan.triton_fwd_lane2 import _selective_scan_fwd_lane2_kernel
 
 
 @triton.jit
@@ -396,6 +397,16 @@ LANE_BCAST_TILE = 1
 # more 3-90% slower
 LANE_SEGMENTS = -1
 
+# the lane forward's real pass with two channels a thread (``triton_fwd_lane2``, Note [selective
+# scan forward two channels a thread]) where its geometry allows (KL = 4 lanes of 2 steps, the
+# library's default loads): 0 off, 1 on (H200, 2026-12-03: forward 2-20% faster at the batch-1
+# and (16, 1536, 1024) rows, the same at (8, 4096, 2048), where ``ch2_fills`` keeps it off)
+LANE_CH2 = 1
+# its register cap (0: none), and the registers its segments are planned for (``fill_waves``:
+# sm_90 compiles it to 159-161, 6 two-warp programs a multiprocessor)
+LANE_CH2_REGS = 0
+LANE_CH2_WAVE_REGS = 160
+
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
 # constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
 # registers, which would fit the real pass's 1.45 waves at batch 1 into one, were all slower,
@@ -454,17 +465,39 @@ def split_cap(programs: int, warps: int, device: torch.device) -> dict[str, int]
     return {}
 
 
-def fill_waves(per_segment: int, nseg: int, warps: int, device: torch.device) -> int:
+def fill_waves(
+    per_segment: int, nseg: int, warps: int, device: torch.device, regs: int | None = None
+) -> int:
     """The segments of a split lane forward of ``per_segment`` programs (of ``warps`` warps) a
     segment for which ``triton_common.segments`` picks ``nseg``: as many as fill the whole waves
     that nseg segments' real pass starts (``LANE_SPLIT_REGS`` registers a thread, as
     ``split_cap`` counts them; the measured waves: ``LANE_SEGMENTS``), nseg where those are one
-    wave or less (more segments there would only add folds) or not on CUDA."""
+    wave or less (more segments there would only add folds) or not on CUDA. ``regs``: the real
+    pass's registers a thread if not ``LANE_SPLIT_REGS`` (the two-channel real pass's)."""
     if device.type != "cuda":
         return nseg
-    per_wave = 65536 // (LANE_SPLIT_REGS * 32 * warps) * _sm_count(device.index)
+    per_wave = 65536 // ((regs or LANE_SPLIT_REGS) * 32 * warps) * _sm_count(device.index)
     waves = cdiv(per_segment * nseg, per_wave)
     return nseg if waves <= 1 else waves * per_wave // per_segment  # >= nseg: waves were rounded up
+
+
+def wave_fill(programs: int, regs: int, warps: int, device: torch.device) -> float:
+    """The fraction of its waves' program slots that ``programs`` (of ``warps`` warps, ``regs``
+    registers a thread) fill on CUDA ``device``."""
+    per_wave = max(1, 65536 // (regs * 32 * warps)) * _sm_count(device.index)
+    return programs / (cdiv(programs, per_wave) * per_wave)
+
+
+def ch2_fills(programs: int, programs2: int, warps: int, device: torch.device) -> bool:
+    """Whether an unsplit forward takes the two-channel real pass (``programs2`` programs)
+    rather than the one-channel one (``programs``): where its waves are as full or fuller
+    (``LANE_CH2_WAVE_REGS`` against ``LANE_SPLIT_REGS`` registers; Note [selective scan forward
+    two channels a thread]); always off CUDA (the interpreter tests run it)."""
+    if device.type != "cuda":
+        return True
+    return wave_fill(programs2, LANE_CH2_WAVE_REGS, warps, device) >= wave_fill(
+        programs, LANE_SPLIT_REGS, warps, device
+    )
 
 
 def bcast_tile(dtype: torch.dtype) -> bool:
@@ -484,7 +517,8 @@ def plan_knobs() -> tuple:
         TLANE_WARPS, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
-        LANE_BCAST_TILE, LANE_SEGMENTS,
+        LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS,
+        LANE_CH2_WAVE_REGS,
         LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
@@ -638,12 +672,30 @@ def _launch(
     nblk = cdiv(dim, block_d)
     nseg, seg = segments(batch * nblk * warps, NCK - 1, triton_common.FWD_TARGET_WARPS)
     seg_t = lane and nseg > 1 and LANE_SEGMENTS != 0
+    # the real pass with two channels a thread (Note [selective scan forward two channels a
+    # thread]): its geometry, the library's default loads, a program within one group
+    ch2 = (
+        lane
+        and bool(LANE_CH2)
+        and (KL, TPL) == (4, 2)
+        and LANE_Y_SCATTER
+        and LANE_BC_ROLL
+        and LANE_AHEAD == 1
+        and not LANE_OPTIONS
+        and (G == 1 or (dim // G) % (2 * block_d) == 0)
+    )
     if seg_t:  # segments of whole tiles instead (LANE_SEGMENTS)
-        want = (
-            LANE_SEGMENTS if LANE_SEGMENTS > 0 else fill_waves(batch * nblk, nseg, warps, u.device)
-        )
+        if LANE_SEGMENTS > 0:
+            want = LANE_SEGMENTS
+        elif ch2:
+            nblk2 = cdiv(dim, 2 * block_d)
+            want = fill_waves(batch * nblk2, nseg, warps, u.device, LANE_CH2_WAVE_REGS)
+        else:
+            want = fill_waves(batch * nblk, nseg, warps, u.device)
         seg = cdiv(cdiv(L, TT), want)
         nseg = cdiv(cdiv(L, TT), seg)
+    if ch2 and nseg == 1:  # unsplit: as its waves fill against the one-channel pass's
+        ch2 = ch2_fills(batch * nblk, batch * cdiv(dim, 2 * block_d), warps, u.device)
     f32 = torch.float32
     dev = u.device
     if (
@@ -759,22 +811,40 @@ def _launch(
             )
     if lane:
         last["last"] = last_state if direct else None
-    capped = split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {}
-    kernel[(nblk, batch, nseg)](
-        **args,
-        **carried,
-        **last,
-        dim=dim,
-        L=L,
-        N=N,
-        G=G,
-        NCK=NCK,
-        SEG=seg,
-        LOCAL=False,
-        **consts,
-        **capped,
-        **({"UNROLL": FWD_UNROLL[0]} if lane else {}),
-    )
+    if ch2:  # Note [selective scan forward two channels a thread]
+        drop = ("Y_SCATTER", "AHEAD", "BC_ROLL")
+        launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))[
+            (cdiv(dim, 2 * block_d), batch, nseg)
+        ](
+            **args,
+            **carried,
+            **last,
+            dim=dim,
+            L=L,
+            N=N,
+            G=G,
+            NCK=NCK,
+            SEG=seg,
+            **{k: v for k, v in consts.items() if k not in drop},
+            **({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {}),
+        )
+    else:
+        capped = split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {}
+        kernel[(nblk, batch, nseg)](
+            **args,
+            **carried,
+            **last,
+            dim=dim,
+            L=L,
+            N=N,
+            G=G,
+            NCK=NCK,
+            SEG=seg,
+            LOCAL=False,
+            **consts,
+            **capped,
+            **({"UNROLL": FWD_UNROLL[0]} if lane else {}),
+        )
     if not direct:
         checkpoints.copy_(ckt[..., :N])
     if not (lane and direct):  # the lane kernel wrote it
