@@ -434,8 +434,13 @@ def test_triton_interpreter_many_segments(mode, chunks, monkeypatch):
         assert "_selective_scan_bwd_lane_local_kernel" not in grids
         assert [g[2] for g in grids["_selective_scan_bwd_lane_states_kernel"]] == [nseg]
     assert [g[2] for g in grids["_selective_scan_bwd_lane_kernel"]] == [nseg]
-    # the forward's local pass, then its real pass
-    assert [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]][:2] == [nseg - 1, nseg]
+    # the forward's local pass, then its real pass (two channels a thread: ``LANE_CH2``)
+    local = [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]]
+    if triton_fwd.LANE_CH2:
+        assert local[:1] == [nseg - 1]
+        assert [g[2] for g in grids["_selective_scan_fwd_lane2_kernel"]][:1] == [nseg]
+    else:
+        assert local[:2] == [nseg - 1, nseg]
 
 
 def _failing_layout_check(monkeypatch, failing: str) -> list[str]:
@@ -721,19 +726,23 @@ def test_triton_gpu_forward_lane_options(
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("ch2", [0, 1])
 @pytest.mark.parametrize("want,nseg", [(5, 5), (7, 6)])
-def test_triton_interpreter_forward_segments_of_tiles(want, nseg, monkeypatch):
+def test_triton_interpreter_forward_segments_of_tiles(want, nseg, ch2, monkeypatch):
     """``triton_fwd.LANE_SEGMENTS``: the split lane forward in segments of whole tiles, not
     checkpoint chunks (16 steps here): at L = 141 (18 tiles of 8) 5 segments of 4 tiles or 6 of
     3, so that segment boundaries fall inside chunks (t = 24, 72, ..) and the checkpoints there
     come from the segment holding them. Outputs, checkpoints (through the backward), last state
-    and gradients against float64, and the forward's grids."""
+    and gradients against float64, and the forward's grids; with the one- and the two-channel
+    real pass (``LANE_CH2``)."""
     from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
 
     for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
         monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
     monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
     monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    real_pass = "_selective_scan_fwd_lane2_kernel" if ch2 else "_selective_scan_fwd_lane_kernel"
     grids: list[tuple] = []
     real = triton_fwd.launcher
 
@@ -742,15 +751,18 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, monkeypatch):
 
         class Grid:
             def __getitem__(self, grid):
-                if kernel.__name__ == "_selective_scan_fwd_lane_kernel":
-                    grids.append(tuple(grid))
+                grids.append((kernel.__name__, *grid))
                 return launched[grid]
 
         return Grid()
 
     monkeypatch.setattr(triton_fwd, "launcher", spy)
     _run_case(1, 3, 141, 16, None, True, True, True, torch.float32, True)
-    assert [g[2] for g in grids][:2] == [nseg - 1, nseg]
+    # the local pass (nseg - 1 segments), then the real pass
+    assert [(g[0], g[3]) for g in grids][:2] == [
+        ("_selective_scan_fwd_lane_kernel", nseg - 1),
+        (real_pass, nseg),
+    ]
 
 
 @pytest.mark.gpu
@@ -1034,3 +1046,57 @@ def test_lane_backward_prefetches_only_in_eager(traced, monkeypatch):
     consts = seen["_selective_scan_bwd_lane_kernel"]
     assert consts["PREFETCH_BC"] is (not traced)
     assert consts["PREFETCH"] is True
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("dim,L,want", [(32, 141, 5), (64, 45, 0), (48, 77, 3)])
+def test_triton_interpreter_forward_two_channels(dim, L, want, monkeypatch):
+    """``triton_fwd.LANE_CH2`` (Note [selective scan forward two channels a thread]): the real
+    pass with two channels a thread, in segments of tiles (5, 3: boundaries inside 16-step
+    checkpoint chunks) or in one (``want`` 0: 64 channels, 2 warps a segment, above the split's
+    target), the last program's second half past ``dim`` (48 channels: 32 a program). Outputs,
+    checkpoints (through the backward), last state and gradients against float64, and that the
+    kernel ran."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", 1)
+    if want:
+        monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    else:
+        monkeypatch.setattr(triton_fwd.triton_common, "SPLIT_BELOW_WARPS", 0)
+    names: list[str] = []
+    real = triton_fwd.launcher
+
+    def spy(kernel, *a):
+        names.append(kernel.__name__)
+        return real(kernel, *a)
+
+    monkeypatch.setattr(triton_fwd, "launcher", spy)
+    _run_case(1, dim, L, 16, None, True, True, True, torch.float32, True)
+    assert "_selective_scan_fwd_lane2_kernel" in names
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
+@pytest.mark.parametrize("want", [0, 3, 22])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_forward_two_channels(batch, dim, L, N, groups, dtype, want, monkeypatch):
+    """``triton_fwd.LANE_CH2`` on the GPU (where the geometry has it: 16 states), as the
+    library picks segments (0) and in segments of tiles: outputs, checkpoints and gradients
+    against float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", 1)
+    if want:
+        monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
