@@ -11,7 +11,7 @@ its count divided by the steps per iteration). For the backward the two loops wi
 MUFU.EX2 are reported: the reverse tile loop ("rev": recompute + adjoint + gradients) and the chunk
 pass ("chunk": tile-start states into the scratch), each per time step (4 steps per iteration).
 
-    python benchmarks/selective_scan/sass_report.py [--local] [--dump DIR]
+    python benchmarks/selective_scan/sass_report.py [--local] [--ch2] [--dump DIR]
     python benchmarks/selective_scan/sass_report.py --bwd [--variant tile tile_rs]
 """
 
@@ -27,7 +27,13 @@ import tempfile
 import torch
 import triton
 
-from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common, triton_fwd
+from ssmscan.ops.selective_scan import (
+    triton_bwd,
+    triton_bwd_split,
+    triton_common,
+    triton_fwd,
+    triton_fwd_lane2,
+)
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
@@ -295,6 +301,12 @@ def main() -> None:
     ap.add_argument("--local", action="store_true", help="also the LOCAL pass (L split)")
     ap.add_argument("--dump", default=None, help="write ttgir / ptx / sass here")
     ap.add_argument("--bwd", action="store_true", help="the backward main kernel instead")
+    ap.add_argument(
+        "--ch2",
+        action="store_true",
+        help="the lane forward's real pass with two channels a thread (triton_fwd_lane2); "
+        "per step counts are then per channel-step",
+    )
     ap.add_argument("--fwd-variant", default=triton_fwd.FWD_VARIANT, help="triton_fwd.FWD_VARIANT")
     ap.add_argument(
         "--const",
@@ -318,7 +330,15 @@ def main() -> None:
                 v.update(a.const)
                 tag = f"fwd-{'x'.join(map(str, shape))}-{dt}{'-local' if local else ''}"
                 steps = v["TT"] * v.get("UNROLL", 1)
-                if triton_fwd.FWD_VARIANT == "lane":
+                if a.ch2 and not local and triton_fwd.FWD_VARIANT == "lane":
+                    # its signature: no unroll / loads options, segments of tiles where split
+                    for k in ("UNROLL", "Y_SCATTER", "AHEAD", "BC_ROLL", "LOCAL", "TT"):
+                        v.pop(k, None)
+                    v["SEG_T"] = v["SPLIT"]
+                    kernel = triton_fwd_lane2._selective_scan_fwd_lane2_kernel
+                    tag += "-ch2"
+                    steps = 2 * v["KL"] * v["TPL"]  # a tile of two channels a thread
+                elif triton_fwd.FWD_VARIANT == "lane":
                     kernel = triton_fwd._selective_scan_fwd_lane_kernel
                 else:
                     kernel = triton_fwd._selective_scan_fwd_kernel
