@@ -465,6 +465,12 @@ def split_cap(programs: int, warps: int, device: torch.device) -> dict[str, int]
     return {}
 
 
+def _per_wave(regs: int, warps: int, device: torch.device) -> int:
+    """Programs of ``warps`` warps at ``regs`` registers a thread that one wave of CUDA
+    ``device`` holds (at least one a multiprocessor)."""
+    return max(1, 65536 // (regs * 32 * warps)) * _sm_count(device.index)
+
+
 def fill_waves(
     per_segment: int, nseg: int, warps: int, device: torch.device, regs: int | None = None
 ) -> int:
@@ -476,7 +482,7 @@ def fill_waves(
     pass's registers a thread if not ``LANE_SPLIT_REGS`` (the two-channel real pass's)."""
     if device.type != "cuda":
         return nseg
-    per_wave = 65536 // ((regs or LANE_SPLIT_REGS) * 32 * warps) * _sm_count(device.index)
+    per_wave = _per_wave(regs or LANE_SPLIT_REGS, warps, device)
     waves = cdiv(per_segment * nseg, per_wave)
     return nseg if waves <= 1 else waves * per_wave // per_segment  # >= nseg: waves were rounded up
 
@@ -484,7 +490,7 @@ def fill_waves(
 def wave_fill(programs: int, regs: int, warps: int, device: torch.device) -> float:
     """The fraction of its waves' program slots that ``programs`` (of ``warps`` warps, ``regs``
     registers a thread) fill on CUDA ``device``."""
-    per_wave = max(1, 65536 // (regs * 32 * warps)) * _sm_count(device.index)
+    per_wave = _per_wave(regs, warps, device)
     return programs / (cdiv(programs, per_wave) * per_wave)
 
 
@@ -813,38 +819,17 @@ def _launch(
         last["last"] = last_state if direct else None
     if ch2:  # Note [selective scan forward two channels a thread]
         drop = ("Y_SCATTER", "AHEAD", "BC_ROLL")
-        launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))[
-            (cdiv(dim, 2 * block_d), batch, nseg)
-        ](
-            **args,
-            **carried,
-            **last,
-            dim=dim,
-            L=L,
-            N=N,
-            G=G,
-            NCK=NCK,
-            SEG=seg,
-            **{k: v for k, v in consts.items() if k not in drop},
-            **({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {}),
-        )
+        real = launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))
+        grid = (cdiv(dim, 2 * block_d), batch, nseg)
+        extra = {k: v for k, v in consts.items() if k not in drop}
+        extra.update({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {})
     else:
-        capped = split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {}
-        kernel[(nblk, batch, nseg)](
-            **args,
-            **carried,
-            **last,
-            dim=dim,
-            L=L,
-            N=N,
-            G=G,
-            NCK=NCK,
-            SEG=seg,
-            LOCAL=False,
-            **consts,
-            **capped,
-            **({"UNROLL": FWD_UNROLL[0]} if lane else {}),
-        )
+        real = kernel
+        grid = (nblk, batch, nseg)
+        extra = {"LOCAL": False, **consts}
+        extra.update(split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {})
+        extra.update({"UNROLL": FWD_UNROLL[0]} if lane else {})
+    real[grid](**args, **carried, **last, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg, **extra)
     if not direct:
         checkpoints.copy_(ckt[..., :N])
     if not (lane and direct):  # the lane kernel wrote it
