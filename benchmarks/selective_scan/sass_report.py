@@ -38,7 +38,8 @@ from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
 SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
-DTYPES = {"fp32": "fp32", "bf16": "bf16"}
+DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+_BC_PTR = {"bf16": "*i32", "fp16": "*fp16"}  # 16-bit rows (``--bc16``): bf16 pairs as int32 words
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 # instruction classes counted (opcode prefix match on the SASS mnemonic)
@@ -58,7 +59,9 @@ CLASSES = (
 )
 
 
-def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tuple[dict, int]:
+def fwd_values(
+    batch: int, dim: int, L: int, N: int, dt: str, local: bool, bc16: bool = False
+) -> tuple[dict, int]:
     NP = triton_common.pad_states(N)
     lane = triton_fwd.FWD_VARIANT == "lane"
     kl, tpl = triton_fwd.lane_geometry(NP)
@@ -71,8 +74,8 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         u=f"*{dt}",
         delta=f"*{dt}",
         A2="*fp32",
-        Bt="*fp32",
-        Ct="*fp32",
+        Bt=_BC_PTR[dt] if bc16 else "*fp32",
+        Ct=_BC_PTR[dt] if bc16 else "*fp32",
         Dv="*fp32",
         z=f"*{dt}",
         delta_bias="*fp32",
@@ -97,6 +100,8 @@ def fwd_values(batch: int, dim: int, L: int, N: int, dt: str, local: bool) -> tu
         HAS_INIT=False,
         LOCAL=local,
     )
+    if lane and bc16:
+        v["BC16"] = 1 if dt == "bf16" else 2
     if lane:  # the lane kernel's signature (``triton_fwd_lane``)
         v.update(LP=triton_fwd.padded_steps(L, kl * tpl), KL=kl, TPL=tpl, A_RAW=True, HAS_LAST=True,
                  Y_SCATTER=triton_fwd.LANE_Y_SCATTER, AHEAD=triton_fwd.LANE_AHEAD,
@@ -307,6 +312,11 @@ def main() -> None:
         help="the lane forward's real pass with two channels a thread (triton_fwd_lane2); "
         "per step counts are then per channel-step",
     )
+    ap.add_argument(
+        "--bc16",
+        action="store_true",
+        help="the lane forward's B / C rows in the inputs' 16-bit dtype (triton_fwd.bc_rows_dtype)",
+    )
     ap.add_argument("--fwd-variant", default=triton_fwd.FWD_VARIANT, help="triton_fwd.FWD_VARIANT")
     ap.add_argument(
         "--const",
@@ -324,7 +334,7 @@ def main() -> None:
     for shape in shapes:
         for dt in a.dtype:
             for local in (False, True) if a.local else (False,):
-                v, warps, nseg = fwd_values(*shape, DTYPES[dt], local)
+                v, warps, nseg = fwd_values(*shape, DTYPES[dt], local, a.bc16 and dt != "fp32")
                 if triton_fwd.FWD_VARIANT == "lane":  # the launcher's unroll (FWD_UNROLL)
                     v["UNROLL"] = triton_fwd.FWD_UNROLL[1 if local else 0]
                 v.update(a.const)
@@ -332,6 +342,8 @@ def main() -> None:
                 steps = v["TT"] * v.get("UNROLL", 1)
                 if a.ch2 and not local and triton_fwd.FWD_VARIANT == "lane":
                     # its signature: no unroll / loads options, segments of tiles where split
+                    if v["SPLIT"]:  # SEG in tiles, as the launcher sets it (not checkpoint chunks)
+                        v["SEG"] = triton.cdiv(triton.cdiv(shape[2], v["TT"]), nseg)
                     for k in ("UNROLL", "Y_SCATTER", "AHEAD", "BC_ROLL", "LOCAL", "TT"):
                         v.pop(k, None)
                     v["SEG_T"] = v["SPLIT"]

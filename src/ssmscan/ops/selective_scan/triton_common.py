@@ -324,7 +324,7 @@ def prep_BC(X: torch.Tensor, batch: int, NP: int) -> torch.Tensor:
 def _prep_bc_kernel(
     B,  # (batch, G, N, L) any strides (elements: sBb, sBg, sBn, sBl), any float dtype
     C,  # (batch, G, N, L) any strides (sCb, sCg, sCn, sCl)
-    out,  # (2, batch, G, LP, NP) fp32 out: B's then C's time-major copy
+    out,  # (2, batch, G, LP, NP) fp32 (or B's / C's 16-bit dtype) out: B's then C's time-major copy
     batch,
     G,
     N,
@@ -363,16 +363,27 @@ def _prep_bc_kernel(
         x = tl.load(pC, mask=m, other=0.0).to(tl.float32)
     base = ((which * batch + b) * G + g) * LP * NP
     q = out + base + o_t[:, None] * NP + o_n[None, :]
-    tl.store(q, tl.trans(x), mask=(o_t < LP)[:, None])
+    tl.store(q, tl.trans(x).to(out.dtype.element_ty), mask=(o_t < LP)[:, None])
 
 
 def prep_BC_lane(
-    B: torch.Tensor, C: torch.Tensor, batch: int, NP: int, steps: int
+    B: torch.Tensor,
+    C: torch.Tensor,
+    batch: int,
+    NP: int,
+    steps: int,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """B and C, (batch, N, L) or (batch, G, N, L), any strides -> their (batch, G, steps, NP)
-    fp32 time-major copies, zero-padded states and steps (``steps`` >= L): ``prep_BC``'s lane
-    copies, both in one kernel launch (one launch fewer, no separate pad: host time of batch-1
-    calls) into one buffer; the two are views of it."""
+    time-major copies in ``dtype`` (fp32, or B's and C's own 16-bit dtype: the forward's
+    ``triton_fwd.bc_rows16``), zero-padded states and steps (``steps`` >= L): ``prep_BC``'s
+    lane copies, both in one kernel launch (one launch fewer, no separate pad: host time of
+    batch-1 calls) into one buffer; the two are views of it."""
+    if dtype != torch.float32 and not (B.dtype == C.dtype == dtype):
+        raise ValueError(
+            f"prep_BC_lane: a {dtype} copy of B ({B.dtype}) and C ({C.dtype}) would round them; "
+            "expected both of that dtype or a float32 copy"
+        )
     from ssmscan.ops.common.triton_launch import launcher
 
     def strides(X: torch.Tensor) -> tuple[int, ...]:  # (batch, G, N, L), G = 1 for 3-D
@@ -380,7 +391,7 @@ def prep_BC_lane(
         return (s[0], 0, s[1], s[2]) if X.dim() == 3 else s
 
     G, N, L = (1, *B.shape[1:]) if B.dim() == 3 else B.shape[1:]
-    out = torch.empty((2, batch, G, steps, NP), dtype=torch.float32, device=B.device)
+    out = torch.empty((2, batch, G, steps, NP), dtype=dtype, device=B.device)
     block_t = 64
     launcher(_prep_bc_kernel)[(cdiv(steps, block_t) * batch * G, 2)](
         B, C, out, batch, G, N, L, steps, *strides(B), *strides(C), NP=NP, BLOCK_T=block_t,

@@ -407,6 +407,14 @@ LANE_CH2 = 1
 LANE_CH2_REGS = 0
 LANE_CH2_WAVE_REGS = 160
 
+# the lane forward's B / C rows (``prep_BC_lane``'s copies) in the inputs' 16-bit dtype where B
+# and C are 16-bit floats of u's dtype (an exact copy), converted to fp32 where a step uses them
+# (Note [selective scan forward 16-bit rows] in ``triton_fwd_lane``): 0 off (fp32 rows), 1 on
+LANE_BC16 = 1
+# the registers the two-channel real pass's segments are planned for with 16-bit rows (sm_90
+# compiles it to 128 at bf16, 8 two-warp programs a multiprocessor)
+LANE_CH2_WAVE_REGS16 = 128
+
 # extra launch options of the lane kernel (e.g. {"maxnreg": 96}): none by default; a module
 # constant so that the benchmark can time register caps (H200, 2026-12-02: caps of 104 .. 80
 # registers, which would fit the real pass's 1.45 waves at batch 1 into one, were all slower,
@@ -494,16 +502,36 @@ def wave_fill(programs: int, regs: int, warps: int, device: torch.device) -> flo
     return programs / (cdiv(programs, per_wave) * per_wave)
 
 
-def ch2_fills(programs: int, programs2: int, warps: int, device: torch.device) -> bool:
+def ch2_fills(
+    programs: int, programs2: int, warps: int, device: torch.device, regs2: int | None = None
+) -> bool:
     """Whether an unsplit forward takes the two-channel real pass (``programs2`` programs)
     rather than the one-channel one (``programs``): where its waves are as full or fuller
-    (``LANE_CH2_WAVE_REGS`` against ``LANE_SPLIT_REGS`` registers; Note [selective scan forward
-    two channels a thread]); always off CUDA (the interpreter tests run it)."""
+    (``regs2``, default ``LANE_CH2_WAVE_REGS``, against ``LANE_SPLIT_REGS`` registers; Note
+    [selective scan forward two channels a thread]); always off CUDA (the interpreter tests
+    run it)."""
     if device.type != "cuda":
         return True
-    return wave_fill(programs2, LANE_CH2_WAVE_REGS, warps, device) >= wave_fill(
+    return wave_fill(programs2, regs2 or LANE_CH2_WAVE_REGS, warps, device) >= wave_fill(
         programs, LANE_SPLIT_REGS, warps, device
     )
+
+
+def bc_rows16(
+    u: torch.Tensor, B: torch.Tensor, C: torch.Tensor, NP: int, KL: int
+) -> torch.dtype | None:
+    """The 16-bit dtype of the lane forward's B / C rows (``LANE_BC16``), or None for fp32
+    rows: B and C both of u's 16-bit dtype (the copy is exact), the library's default loads
+    (``LANE_OPTIONS`` holds the experiments that read the rows another way), and for bf16 an
+    even number of states a lane (they travel in pairs)."""
+    dt = u.dtype
+    if not LANE_BC16 or LANE_OPTIONS or dt not in (torch.bfloat16, torch.float16):
+        return None
+    if B.dtype != dt or C.dtype != dt:
+        return None
+    if dt == torch.bfloat16 and (NP // KL) % 2:
+        return None
+    return dt
 
 
 def bcast_tile(dtype: torch.dtype) -> bool:
@@ -524,7 +552,7 @@ def plan_knobs() -> tuple:
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS,
-        LANE_CH2_WAVE_REGS,
+        LANE_CH2_WAVE_REGS, LANE_BC16, LANE_CH2_WAVE_REGS16,
         LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
         tc.TILE_T, triton_fwd_lane.LP_ALIGN,
@@ -690,18 +718,20 @@ def _launch(
         and not LANE_OPTIONS
         and (G == 1 or (dim // G) % (2 * block_d) == 0)
     )
+    rows16 = bc_rows16(u, B, C, NP, KL) if lane else None
+    regs2 = LANE_CH2_WAVE_REGS16 if rows16 is not None else LANE_CH2_WAVE_REGS
     if seg_t:  # segments of whole tiles instead (LANE_SEGMENTS)
         if LANE_SEGMENTS > 0:
             want = LANE_SEGMENTS
         elif ch2:
             nblk2 = cdiv(dim, 2 * block_d)
-            want = fill_waves(batch * nblk2, nseg, warps, u.device, LANE_CH2_WAVE_REGS)
+            want = fill_waves(batch * nblk2, nseg, warps, u.device, regs2)
         else:
             want = fill_waves(batch * nblk, nseg, warps, u.device)
         seg = cdiv(cdiv(L, TT), want)
         nseg = cdiv(cdiv(L, TT), seg)
     if ch2 and nseg == 1:  # unsplit: as its waves fill against the one-channel pass's
-        ch2 = ch2_fills(batch * nblk, batch * cdiv(dim, 2 * block_d), warps, u.device)
+        ch2 = ch2_fills(batch * nblk, batch * cdiv(dim, 2 * block_d), warps, u.device, regs2)
     f32 = torch.float32
     dev = u.device
     if (
@@ -734,7 +764,9 @@ def _launch(
     # 0.34 vs 0.31 at (16, 1536, 1024, 16); bf16 the same either way, 0.66 ms)
     a_raw = lane and direct and u.dtype != f32 and A.dtype == f32 and A.is_contiguous()
     if lane:  # both copies in one launch
-        Bt, Ct = prep_BC_lane(B, C, batch, NP, LP)
+        Bt, Ct = prep_BC_lane(B, C, batch, NP, LP, rows16 or f32)
+        if rows16 == torch.bfloat16:  # bf16 pairs as int32 words (the kernels' ``BC16`` = 1)
+            Bt, Ct = Bt.view(torch.int32), Ct.view(torch.int32)
     else:
         Bt, Ct = prep_BC(B, batch, NP), prep_BC(C, batch, NP)
     args: dict[str, torch.Tensor | int | None] = dict(
@@ -768,6 +800,8 @@ def _launch(
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=LANE_Y_SCATTER,
                       AHEAD=LANE_AHEAD, BC_ROLL=roll, BCAST_TILE=bcast_tile(u.dtype),
                       SEG_T=seg_t)  # fmt: skip
+        if rows16 is not None:
+            consts["BC16"] = 1 if rows16 == torch.bfloat16 else 2
         consts.update(LANE_OPTIONS)
         kernel = launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL, True))
     else:

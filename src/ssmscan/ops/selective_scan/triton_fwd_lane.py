@@ -363,6 +363,20 @@ def _lane_bc_loads(u, p_B, p_C, t0, NP: tl.constexpr, KL: tl.constexpr, TPL: tl.
 
 
 @triton.jit
+def _bc_f32(x, SPT: tl.constexpr):
+    """A B / C row as ``_lane_bc_loads`` loaded it -> (1, KL, SPT) fp32, converted where it is
+    used (Note [selective scan forward 16-bit rows]): bf16 pairs in int32 words (``BC16`` = 1)
+    by two bit operations, low half the even state; 16-bit floats (2) by a conversion; fp32 as
+    it is."""
+    if x.dtype == tl.int32:
+        lo = (x << 16).to(tl.float32, bitcast=True)
+        hi = (x & -65536).to(tl.float32, bitcast=True)
+        return tl.reshape(tl.join(lo, hi), (1, x.shape[1], SPT))
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
 def _fwd_tile_lane(
     h,
     ins,
@@ -419,8 +433,9 @@ def _fwd_tile_lane(
     ys = ()
     nBs = ()
     nCs = ()
-    SH: tl.constexpr = (1, KL, Bs[0].shape[2])  # a B / C row (ROLL)
+    SH: tl.constexpr = (1, KL, Bs[0].shape[2])  # a B / C row as loaded (ROLL)
     NPL: tl.constexpr = KL * Bs[0].shape[2]
+    SPT: tl.constexpr = b_A2.shape[2]
     ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # the tile's shuffles in one asm
     if ONE:
         bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
@@ -431,12 +446,12 @@ def _fwd_tile_lane(
         else:
             b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        h = tl.exp2(b_dtj * b_A2) * h + b_duj * Bs[j]
+        h = tl.exp2(b_dtj * b_A2) * h + b_duj * _bc_f32(Bs[j], SPT)
         if not LOCAL:
             if SCATTER:
-                ys = ys + (tl.sum(h * Cs[j], axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+                ys = ys + (tl.sum(h * _bc_f32(Cs[j], SPT), axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
             else:
-                b_yj = tl.sum(tl.sum(h * Cs[j], axis=2), axis=1)
+                b_yj = tl.sum(tl.sum(h * _bc_f32(Cs[j], SPT), axis=2), axis=1)
                 b_y = tl.where(o_j == j, b_yj[:, None, None], b_y)
         if ROLL:  # the next tile's row j, into the registers row j has just left
             nBs = nBs + (tl.reshape(tl.load(q_B + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
@@ -540,9 +555,16 @@ def _selective_scan_fwd_lane_kernel(
     BCAST_TILE: tl.constexpr = False,  # ``_tile_bcast`` (``triton_fwd.LANE_BCAST_TILE``)
     SEG_T: tl.constexpr = False,  # SEG counts tiles (``triton_fwd.LANE_SEGMENTS``)
     BC_SMEM: tl.constexpr = False,  # B / C rows through shared memory (off: Note above)
+    # Bt / Ct rows in 16 bits (Note [selective scan forward 16-bit rows]): 1 bf16 pairs as int32
+    # words, 2 fp16; 0 fp32
+    BC16: tl.constexpr = 0,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
+    RW: tl.constexpr = NP // 2 if BC16 == 1 else NP  # a B / C row's elements in Bt / Ct
+    tl.static_assert(
+        BC16 == 0 or not (BC_SMEM or PF_BC > 0), "16-bit rows: not with BC_SMEM / PF_BC"
+    )
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
@@ -569,9 +591,9 @@ def _selective_scan_fwd_lane_kernel(
 
     row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
     grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
-    bc = (i_b * G + grp) * LP * NP  # B_t / C_t of this program's group: broadcast loads
-    p_B = Bt + bc + o_n  # (NP,)
-    p_C = Ct + bc + o_n
+    bc = (i_b * G + grp) * LP * RW  # B_t / C_t of this program's group: broadcast loads
+    p_B = Bt + bc + tl.arange(0, RW)  # (RW,)
+    p_C = Ct + bc + tl.arange(0, RW)
     # entry c of channel d at p_ck + c * NP
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
 
@@ -608,7 +630,7 @@ def _selective_scan_fwd_lane_kernel(
     if BC_JIT:
         nxt = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
     else:
-        nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, LOCAL)
+        nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, RW, KL, TPL, HAS_Z, LOCAL)
     if AHEAD == 2:
         nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg + TT, t_end, KL, TPL, HAS_Z, LOCAL)
     if PF_BC > 0 and _PTX:  # the 128-byte lines of a tile's B (and C) rows, one a thread
@@ -649,23 +671,23 @@ def _selective_scan_fwd_lane_kernel(
         elif BC_JIT:
             e_u, e_x, e_z = nxt
             nxt = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
-            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0, NP, KL, TPL, LOCAL)
+            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0, RW, KL, TPL, LOCAL)
             ins = (e_u, e_x, e_z, e_B, e_C)
         elif AHEAD == 2:
             e_u, e_x, e_z = nxe
             nxe = _lane_elem_loads(u, delta, z, row, m_d, t0 + 2 * TT, t_end, KL, TPL, HAS_Z, LOCAL)
-            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0 + TT, NP, KL, TPL, LOCAL)
+            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0 + TT, RW, KL, TPL, LOCAL)
             ins = nxt
             nxt = (e_u, e_x, e_z, e_B, e_C)
         else:
             ins = nxt
             nxt = _lane_loads(
-                u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, LOCAL
+                u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, RW, KL, TPL, HAS_Z, LOCAL
             )
         h, dt_sum, n_B, n_C = _fwd_tile_lane(
             h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
             KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL and not BC_SMEM,
-            p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP, BCAST_TILE,
+            p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW, BCAST_TILE,
         )  # fmt: skip
         if BC_ROLL and not BC_SMEM:
             nxt = (e_u, e_x, e_z, n_B, n_C)

@@ -43,6 +43,7 @@ import triton.language as tl
 
 from ssmscan.ops.selective_scan.triton_common import _PTX, _sigmoid, _softplus
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
+    _bc_f32,
     _lane_bc_loads,
     _lane_bcast,
     _lane_elem_loads,
@@ -108,8 +109,9 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
     ys1 = ()
     nBs = ()
     nCs = ()
-    SH: tl.constexpr = (1, KL, Bs[0].shape[2])
+    SH: tl.constexpr = (1, KL, Bs[0].shape[2])  # a row as loaded
     NPL: tl.constexpr = KL * Bs[0].shape[2]
+    SPT: tl.constexpr = b_A0.shape[2]
     for j in tl.static_range(TT):
         if ONE:
             a0 = bdt0[j][:, :, None]
@@ -121,10 +123,12 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
             c0 = _lane_bcast(_slot(du0, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             a1 = _lane_bcast(_slot(dt1, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             c1 = _lane_bcast(_slot(du1, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        h0 = tl.exp2(a0 * b_A0) * h0 + c0 * Bs[j]
-        h1 = tl.exp2(a1 * b_A1) * h1 + c1 * Bs[j]
-        ys0 = ys0 + (tl.sum(h0 * Cs[j], axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        ys1 = ys1 + (tl.sum(h1 * Cs[j], axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        b_B = _bc_f32(Bs[j], SPT)
+        b_C = _bc_f32(Cs[j], SPT)
+        h0 = tl.exp2(a0 * b_A0) * h0 + c0 * b_B
+        h1 = tl.exp2(a1 * b_A1) * h1 + c1 * b_B
+        ys0 = ys0 + (tl.sum(h0 * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        ys1 = ys1 + (tl.sum(h1 * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         nBs = nBs + (tl.reshape(tl.load(q_B + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         nCs = nCs + (tl.reshape(tl.load(q_C + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     _y_out(ys0, u0, z0, b_D0, out, row0, m_d0, o_k, t0, t_end, KL, TPL, HAS_D, HAS_Z)
@@ -189,9 +193,11 @@ def _selective_scan_fwd_lane2_kernel(
     HAS_LAST: tl.constexpr,
     BCAST_TILE: tl.constexpr = False,
     SEG_T: tl.constexpr = False,
+    BC16: tl.constexpr = 0,  # the lane kernel's: 16-bit Bt / Ct rows
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
+    RW: tl.constexpr = NP // 2 if BC16 == 1 else NP  # a B / C row's elements in Bt / Ct
     S3: tl.constexpr = (BLOCK_D, KL, SPT)
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
@@ -211,9 +217,9 @@ def _selective_scan_fwd_lane2_kernel(
     row0 = (i_b * dim + o_d0.to(tl.int64)) * L
     row1 = (i_b * dim + o_d1.to(tl.int64)) * L
     grp = (i_d * (2 * BLOCK_D)) // (dim // G)  # a program never straddles two groups
-    bc = (i_b * G + grp) * LP * NP
-    p_B = Bt + bc + o_n
-    p_C = Ct + bc + o_n
+    bc = (i_b * G + grp) * LP * RW
+    p_B = Bt + bc + tl.arange(0, RW)
+    p_C = Ct + bc + tl.arange(0, RW)
     p_ck0 = ckpt + (i_b * dim + o_d0.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
     p_ck1 = ckpt + (i_b * dim + o_d1.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
     m_dn0 = m_d0[:, None]
@@ -232,7 +238,7 @@ def _selective_scan_fwd_lane2_kernel(
         h1 = fold_segments(h1, seg_state, seg_dt, b_A1, i_b, NSEG, 0, i_s, 1, dim, o_d1, m_d1)
     e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_beg, t_end, KL, TPL, HAS_Z, False)
     e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_beg, t_end, KL, TPL, HAS_Z, False)
-    nB, nC = _lane_bc_loads(u, p_B, p_C, t_beg, NP, KL, TPL, False)
+    nB, nC = _lane_bc_loads(u, p_B, p_C, t_beg, RW, KL, TPL, False)
     for t0 in tl.range(t_beg, t_end, TT):
         t0 = tl.multiple_of(t0, TT)
         if t0 % CK == 0:
@@ -244,7 +250,7 @@ def _selective_scan_fwd_lane2_kernel(
         e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t0 + TT, t_end, KL, TPL, HAS_Z, False)
         h0, h1, nB, nC = _fwd_tile_lane2(
             h0, h1, i0, i1, nB, nC, b_A0, b_A1, out, b_bias0, b_bias1, b_D0, b_D1, row0, row1,
-            m_d0, m_d1, o_k, o_j, t0, t_end, p_B + (t0 + TT) * NP, p_C + (t0 + TT) * NP,
+            m_d0, m_d1, o_k, o_j, t0, t_end, p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW,
             SOFTPLUS, KL, TPL, HAS_D, HAS_Z, HAS_BIAS, BCAST_TILE,
         )  # fmt: skip
     if t_end == L:  # the last segment: the final checkpoint entry (and state)
