@@ -1100,3 +1100,101 @@ def test_triton_gpu_forward_two_channels(batch, dim, L, N, groups, dtype, want, 
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
     assert triton_fwd.FWD_VARIANT == "lane"
+
+
+def _spy_rows(monkeypatch):
+    """Record (kernel, its ``BC16``, Bt's dtype) of every forward launch (``triton_fwd``)."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    seen: list[tuple] = []
+    real = triton_fwd.launcher
+
+    def spy(kernel, *a):
+        launched = real(kernel, *a)
+
+        class Grid:
+            def __getitem__(self, grid):
+                run = launched[grid]
+
+                def call(*args, **kw):
+                    if "Bt" in kw:
+                        seen.append((kernel.__name__, kw.get("BC16", 0), kw["Bt"].dtype))
+                    return run(*args, **kw)
+
+                return call
+
+        return Grid()
+
+    monkeypatch.setattr(triton_fwd, "launcher", spy)
+    return seen
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize(
+    "dt,ch2,dim", [("bf16", 1, 48), ("fp16", 0, 3)], ids=["bf16-two-channels", "fp16-one-channel"]
+)
+def test_triton_interpreter_forward_rows16(dt, ch2, dim, monkeypatch):
+    """``triton_fwd.LANE_BC16`` = 1 (Note [selective scan forward 16-bit rows]): B / C rows
+    copied in the inputs' bf16 (pairs in int32 words, unpacked by bit operations) or fp16, in
+    both passes, in segments of tiles whose boundaries fall inside 16-step checkpoint chunks.
+    Outputs, checkpoints (through the backward), last state and gradients against float64, and
+    that both passes got the 16-bit rows."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", 3)
+    monkeypatch.setattr(triton_fwd, "LANE_BC16", 1)
+    seen = _spy_rows(monkeypatch)
+    _run_case(1, dim, 141, 16, None, True, True, True, _DTYPES[dt], True)
+    real = "_selective_scan_fwd_lane2_kernel" if ch2 else "_selective_scan_fwd_lane_kernel"
+    code, rows = (1, torch.int32) if dt == "bf16" else (2, torch.float16)
+    assert seen == [("_selective_scan_fwd_lane_kernel", code, rows), (real, code, rows)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("ch2", [0, 1], ids=["one-channel", "two-channels"])
+@pytest.mark.parametrize("want", [0, 3])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_forward_rows16(batch, dim, L, N, groups, dtype, ch2, want, monkeypatch):
+    """``triton_fwd.LANE_BC16`` = 1 on the GPU, with the one- and the two-channel real pass, as
+    the library picks segments (0) and in 3 segments of tiles: outputs, checkpoints and
+    gradients against float64, and the 16-bit rows where the geometry has them (bf16: an even
+    number of states a lane)."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_BC16", 1)
+    if want:
+        monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    seen = _spy_rows(monkeypatch)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
+    assert seen and all(bc16 in (1, 2) for _, bc16, _ in seen), seen
+
+
+def test_ch2_rows16_policy(monkeypatch):
+    """``triton_fwd.ch2_rows16`` on a 132-multiprocessor device (no GPU needed): 16-bit rows
+    (``LANE_BC16`` = 2) only where the two-channel pass fills its waves with them and not with
+    fp32 rows: (8, 4096, 2048) (2048 one-channel, 1024 two-channel programs of 2 warps: 1.29
+    waves of 6 at 160 registers, 0.97 of 8 at 128), not (16, 1536, 1024) (768: 0.97 of 6)."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "_sm_count", lambda index: 132)
+    dev = torch.device("cuda", 0)
+    monkeypatch.setattr(triton_fwd, "LANE_BC16", 2)
+    assert triton_fwd.ch2_rows16(2048, 1024, 2, dev, True) == (True, True)
+    assert triton_fwd.ch2_rows16(1536, 768, 2, dev, True) == (True, False)
+    assert triton_fwd.ch2_rows16(2048, 1024, 2, dev, False) == (False, False)
+    monkeypatch.setattr(triton_fwd, "LANE_BC16", 1)
+    assert triton_fwd.ch2_rows16(1536, 768, 2, dev, True) == (True, True)
+    # off CUDA (the interpreter): two channels, fp32 rows unless LANE_BC16 = 1
+    monkeypatch.setattr(triton_fwd, "LANE_BC16", 2)
+    assert triton_fwd.ch2_rows16(2048, 1024, 2, torch.device("cpu"), True) == (True, False)

@@ -409,8 +409,14 @@ LANE_CH2_WAVE_REGS = 160
 
 # the lane forward's B / C rows (``prep_BC_lane``'s copies) in the inputs' 16-bit dtype where B
 # and C are 16-bit floats of u's dtype (an exact copy), converted to fp32 where a step uses them
-# (Note [selective scan forward 16-bit rows] in ``triton_fwd_lane``): 0 off (fp32 rows), 1 on
-LANE_BC16 = 1
+# (Note [selective scan forward 16-bit rows] in ``triton_fwd_lane``): 0 never (fp32 rows), 1
+# wherever they can be, 2 only where the fewer registers let an unsplit forward's two-channel
+# real pass fill its waves (``ch2_rows16``). H200, 2026-12-03, forward ms under CUDA graphs,
+# bf16, 16-bit rows everywhere against fp32 rows (``device_twentyfourth1.sh``): (8, 4096, 2048)
+# 0.535 / 0.571 (the two-channel pass then fills 0.97 of a wave instead of 1.29 waves),
+# (16, 1536, 1024) 0.215 / 0.207, (1, 1536, 4096) 0.1016 / 0.098, (1, 1024, 65536) 0.878 / 0.860:
+# hence 2
+LANE_BC16 = 2
 # the registers the two-channel real pass's segments are planned for with 16-bit rows (sm_90
 # compiles it to 128 at bf16, 8 two-warp programs a multiprocessor)
 LANE_CH2_WAVE_REGS16 = 128
@@ -515,6 +521,25 @@ def ch2_fills(
     return wave_fill(programs2, regs2 or LANE_CH2_WAVE_REGS, warps, device) >= wave_fill(
         programs, LANE_SPLIT_REGS, warps, device
     )
+
+
+def ch2_rows16(
+    programs: int, programs2: int, warps: int, device: torch.device, rows16: bool
+) -> tuple[bool, bool]:
+    """(two channels a thread, 16-bit rows) of an unsplit lane forward whose geometry allows
+    both (``rows16``: ``bc_rows16`` found a 16-bit dtype): the two-channel pass where it fills
+    its waves as well as the one-channel pass (``ch2_fills``), with fp32 rows where they do
+    (``LANE_CH2_WAVE_REGS``), else with 16-bit rows where those do (``LANE_CH2_WAVE_REGS16``:
+    ``LANE_BC16`` = 2) or wherever they can be (1). Note [selective scan forward 16-bit rows]."""
+    if not rows16:
+        return ch2_fills(programs, programs2, warps, device), False
+    if LANE_BC16 == 1:
+        return ch2_fills(programs, programs2, warps, device, LANE_CH2_WAVE_REGS16), True
+    if ch2_fills(programs, programs2, warps, device):
+        return True, False
+    if ch2_fills(programs, programs2, warps, device, LANE_CH2_WAVE_REGS16):
+        return True, True
+    return False, False
 
 
 def bc_rows16(
@@ -719,6 +744,8 @@ def _launch(
         and (G == 1 or (dim // G) % (2 * block_d) == 0)
     )
     rows16 = bc_rows16(u, B, C, NP, KL) if lane else None
+    if rows16 is not None and LANE_BC16 == 2 and nseg > 1:  # split: fp32 rows (``ch2_rows16``)
+        rows16 = None
     regs2 = LANE_CH2_WAVE_REGS16 if rows16 is not None else LANE_CH2_WAVE_REGS
     if seg_t:  # segments of whole tiles instead (LANE_SEGMENTS)
         if LANE_SEGMENTS > 0:
@@ -731,7 +758,12 @@ def _launch(
         seg = cdiv(cdiv(L, TT), want)
         nseg = cdiv(cdiv(L, TT), seg)
     if ch2 and nseg == 1:  # unsplit: as its waves fill against the one-channel pass's
-        ch2 = ch2_fills(batch * nblk, batch * cdiv(dim, 2 * block_d), warps, u.device, regs2)
+        ch2, r16 = ch2_rows16(
+            batch * nblk, batch * cdiv(dim, 2 * block_d), warps, u.device, rows16 is not None
+        )
+        rows16 = rows16 if r16 else None
+    elif LANE_BC16 == 2:  # the one-channel pass keeps fp32 rows
+        rows16 = None
     f32 = torch.float32
     dev = u.device
     if (

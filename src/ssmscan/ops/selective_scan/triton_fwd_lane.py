@@ -362,6 +362,23 @@ def _lane_bc_loads(u, p_B, p_C, t0, NP: tl.constexpr, KL: tl.constexpr, TPL: tl.
     return Bs, Cs
 
 
+# Note [selective scan forward 16-bit rows]
+# ------------------------------------------
+# Where B and C come in u's bf16 / fp16 (the usual case: x_proj's output), ``prep_BC_lane`` can
+# copy their time-padded rows in that dtype instead of fp32 (exact: no value changes), and a step
+# converts its row where it uses it (``_bc_f32``). bf16 rows travel as int32 words of two states
+# (``BC16`` = 1): (w << 16) is the even state's fp32 bits and (w & 0xffff0000) the odd one's,
+# one instruction each; fp16 rows (``BC16`` = 2) are converted by the compiler. Half the row
+# bytes, half the rows' L1 wavefronts (LDG.64 instead of LDG.128) and half the registers the
+# rolled rows hold. sm_90 at (1, 1536, 4096) bf16 (``sass_report.py --bc16``): the two-channel
+# real pass 161 -> 128 registers (6 -> 8 two-warp programs a multiprocessor), 38.2 -> 40.8
+# instructions a channel-step; the one-channel real pass 123 -> 72, 40.6 -> 48.5 a step; the
+# local pass 64 -> 48, 28.2 -> 32.2. H200 (2026-12-03, ``device_twentyfourth1.sh``): the passes
+# got slower at batch 1 (local 39.0 -> 40.7 us, real 52.2 -> 54.4: the extra instructions cost
+# more than the warps and wavefronts saved, as with every occupancy lever before), and where
+# the registers change the waves it wins: at (8, 4096, 2048) the two-channel pass's 1024
+# programs fill 0.97 of a wave at 128 registers instead of 1.29 waves at 160, 0.535 against
+# 0.571 ms. So ``triton_fwd.LANE_BC16`` = 2 takes them only there (``triton_fwd.ch2_rows16``).
 @triton.jit
 def _bc_f32(x, SPT: tl.constexpr):
     """A B / C row as ``_lane_bc_loads`` loaded it -> (1, KL, SPT) fp32, converted where it is
