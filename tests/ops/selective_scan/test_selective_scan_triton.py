@@ -1198,3 +1198,52 @@ def test_ch2_rows16_policy(monkeypatch):
     # off CUDA (the interpreter): two channels, fp32 rows unless LANE_BC16 = 1
     monkeypatch.setattr(triton_fwd, "LANE_BC16", 2)
     assert triton_fwd.ch2_rows16(2048, 1024, 2, torch.device("cpu"), True) == (True, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_compile_fullgraph_rows16_gpu(dtype, monkeypatch):
+    """The 16-bit B / C rows (``LANE_BC16`` = 1: their copy and, for bf16, its int32 view
+    inside the traced op) under ``torch.compile(fullgraph=True)``: a training step's loss and
+    gradients equal eager's, every traced lane launch's layout checked."""
+    import ssmscan  # noqa: F401  (registers the ops)
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_BC16", 1)
+    kw = make_selective_scan_inputs(2, 64, 512, 16, dtype=dtype, device="cuda")
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+    args = [kw[k] for k in names]
+
+    def loss_fn(u, delta, A, B, C, D, z, delta_bias):
+        out, last, _ = torch.ops.ssmscan.selective_scan_fwd(
+            u, delta, A, B, C, D, z, delta_bias, None, True
+        )
+        return out.float().square().mean() + last.square().mean()
+
+    def step(fn):
+        leaves = [a.detach().clone().requires_grad_() for a in args]
+        loss = fn(*leaves)
+        loss.backward()
+        return loss.detach(), [x.grad for x in leaves]
+
+    eager, eager_grads = step(loss_fn)
+    with warnings.catch_warnings():  # Note [traced layout checks]: each checked, none skipped
+        warnings.filterwarnings("error", message="ssmscan: could not compile")
+        got, grads = step(torch.compile(loss_fn, fullgraph=True))
+    assert triton_launch._TRACE_CHECKED, "no traced launch was checked"
+    assert not any(triton_launch._TRACE_CHECKED.values()), triton_launch._TRACE_CHECKED
+    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-6)
+    for k, g, ref in zip(names, grads, eager_grads):
+        torch.testing.assert_close(g, ref, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_prep_bc_lane_refuses_a_rounding_copy():
+    """``prep_BC_lane`` copies B / C in a 16-bit dtype only where both are of it (exact); a
+    bf16 copy of fp32 B would round it: a ValueError naming both dtypes, before any launch."""
+    from ssmscan.ops.selective_scan.triton_common import prep_BC_lane
+
+    B = torch.randn(1, 16, 8)
+    C = torch.randn(1, 16, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"B \(torch.float32\) and C \(torch.bfloat16\)"):
+        prep_BC_lane(B, C, 1, 16, 16, torch.bfloat16)
