@@ -243,6 +243,30 @@ DTYPE_CASES = [
 ]
 
 
+def _record_launches(monkeypatch, module, record):
+    """Wrap ``module.launcher`` (``triton_fwd``'s or ``triton_bwd``'s) so that every kernel
+    launch through it first calls ``record(kernel name, grid, launch keyword arguments)``, then
+    runs as it would."""
+    real = module.launcher
+
+    def spy(kernel, *a):
+        launched = real(kernel, *a)
+
+        class Grid:
+            def __getitem__(self, grid):
+                run = launched[grid]
+
+                def call(*args, **kw):
+                    record(kernel.__name__, grid, kw)
+                    return run(*args, **kw)
+
+                return call
+
+        return Grid()
+
+    monkeypatch.setattr(module, "launcher", spy)
+
+
 def _run_case(batch, dim, L, N, groups, full, softplus, init, dtype, dlast_given):
     _run_case_dev(batch, dim, L, N, groups, full, softplus, init, dtype, dlast_given, "cpu")
 
@@ -327,22 +351,11 @@ def split_backward(request, monkeypatch):
         return seen[-1]
 
     monkeypatch.setattr(triton_bwd_split, "applies", spy)
-    real_launcher = triton_bwd.launcher
-
-    def launcher_spy(kernel, *a):
-        launched = real_launcher(kernel, *a)
-
-        class Grid:
-            def __getitem__(self, grid):
-                def launch(*args, **kw):
-                    seen.kernels.add(kernel.__name__ + ("+local" if kw.get("ADJ") else ""))
-                    return launched[grid](*args, **kw)
-
-                return launch
-
-        return Grid()
-
-    monkeypatch.setattr(triton_bwd, "launcher", launcher_spy)
+    _record_launches(
+        monkeypatch,
+        triton_bwd,
+        lambda name, grid, kw: seen.kernels.add(name + ("+local" if kw.get("ADJ") else "")),
+    )
     return seen
 
 
@@ -744,19 +757,7 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, ch2, monkeypat
     monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
     real_pass = "_selective_scan_fwd_lane2_kernel" if ch2 else "_selective_scan_fwd_lane_kernel"
     grids: list[tuple] = []
-    real = triton_fwd.launcher
-
-    def spy(kernel, *a):
-        launched = real(kernel, *a)
-
-        class Grid:
-            def __getitem__(self, grid):
-                grids.append((kernel.__name__, *grid))
-                return launched[grid]
-
-        return Grid()
-
-    monkeypatch.setattr(triton_fwd, "launcher", spy)
+    _record_launches(monkeypatch, triton_fwd, lambda name, grid, kw: grids.append((name, *grid)))
     _run_case(1, 3, 141, 16, None, True, True, True, torch.float32, True)
     # the local pass (nseg - 1 segments), then the real pass
     assert [(g[0], g[3]) for g in grids][:2] == [
@@ -1107,25 +1108,12 @@ def _spy_rows(monkeypatch):
     from ssmscan.ops.selective_scan import triton_fwd
 
     seen: list[tuple] = []
-    real = triton_fwd.launcher
 
-    def spy(kernel, *a):
-        launched = real(kernel, *a)
+    def record(name, grid, kw):
+        if "Bt" in kw:
+            seen.append((name, kw.get("BC16", 0), kw["Bt"].dtype))
 
-        class Grid:
-            def __getitem__(self, grid):
-                run = launched[grid]
-
-                def call(*args, **kw):
-                    if "Bt" in kw:
-                        seen.append((kernel.__name__, kw.get("BC16", 0), kw["Bt"].dtype))
-                    return run(*args, **kw)
-
-                return call
-
-        return Grid()
-
-    monkeypatch.setattr(triton_fwd, "launcher", spy)
+    _record_launches(monkeypatch, triton_fwd, record)
     return seen
 
 

@@ -744,9 +744,8 @@ def _launch(
         and (G == 1 or (dim // G) % (2 * block_d) == 0)
     )
     rows16 = bc_rows16(u, B, C, NP, KL) if lane else None
-    if rows16 is not None and LANE_BC16 == 2 and nseg > 1:  # split: fp32 rows (``ch2_rows16``)
-        rows16 = None
-    regs2 = LANE_CH2_WAVE_REGS16 if rows16 is not None else LANE_CH2_WAVE_REGS
+    # a split forward plans for 16-bit rows only where it always takes them (LANE_BC16 = 1)
+    regs2 = LANE_CH2_WAVE_REGS16 if rows16 is not None and LANE_BC16 == 1 else LANE_CH2_WAVE_REGS
     if seg_t:  # segments of whole tiles instead (LANE_SEGMENTS)
         if LANE_SEGMENTS > 0:
             want = LANE_SEGMENTS
@@ -762,7 +761,7 @@ def _launch(
             batch * nblk, batch * cdiv(dim, 2 * block_d), warps, u.device, rows16 is not None
         )
         rows16 = rows16 if r16 else None
-    elif LANE_BC16 == 2:  # the one-channel pass keeps fp32 rows
+    elif LANE_BC16 == 2:  # split, or the one-channel pass: fp32 rows
         rows16 = None
     f32 = torch.float32
     dev = u.device

@@ -524,8 +524,8 @@ def _selective_scan_fwd_lane_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
     A2,  # (dim, NP) fp32, A * log2(e), zero-padded states; A itself if A_RAW
-    Bt,  # (batch, G, LP, NP) fp32, B time-major, zero-padded states and steps
-    Ct,  # (batch, G, LP, NP) fp32, C time-major, zero-padded states and steps
+    Bt,  # (batch, G, LP, NP) B time-major, zero-padded states and steps: fp32 or as BC16 says
+    Ct,  # (batch, G, LP, NP) C time-major, as Bt
     Dv,  # (dim,) fp32 skip weight, or None
     z,  # (batch, dim, L) gate, or None
     delta_bias,  # (dim,) fp32, or None
