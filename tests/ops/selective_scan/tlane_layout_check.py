@@ -46,14 +46,19 @@ def main() -> int:
     # 2 warps a channel (``W``)
     configs += [(dt, L, L == 4096, True, 1, 0, 2) for dt in ("bf16", "fp32") for L in (4096, 1001)]
     configs += [("bf16", 4096, True, True, 1, bc, 2) for bc in (1, 2)]
-    for dt, L, aligned, opt, G, bc, W in configs:
+    configs = [(*c, 0) for c in configs]
+    # 16-bit B / C rows (``BC16``: bf16 pairs as int32 words, fp16), where they load
+    configs += [("bf16", L, L == 4096, True, 1, bc, 1, 1) for L in (4096, 1001) for bc in (0, 2)]
+    configs += [("fp16", 4096, True, True, 1, 0, 1, 2), ("bf16", 4096, True, True, 1, 1, 2, 1)]
+    for dt, L, aligned, opt, G, bc, W, bc16 in configs:
         io = f"*{dt}"
+        rows = {0: "*fp32", 1: "*i32", 2: "*fp16"}[bc16]
         vals = dict(
-            u=io, delta=io, A2="*fp32", Bt="*fp32", Ct="*fp32", Dv="*fp32", z=io,
+            u=io, delta=io, A2="*fp32", Bt=rows, Ct=rows, Dv="*fp32", z=io,
             delta_bias="*fp32", init="*fp32", out=io, ckpt="*fp32", last="*fp32", xchg="*fp32", dim=1536,
             L=L, LP=triton_fwd_tlane.tile_steps(L, W), G=G, NCK=num_checkpoints(L),
             SOFTPLUS=opt, NP=16, CK=CHECKPOINT_LEN, HAS_D=opt, HAS_Z=opt, HAS_BIAS=opt,
-            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt, BC_MODE=bc, W=W,
+            HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt, BC_MODE=bc, W=W, BC16=bc16,
         )  # fmt: skip
         unaligned = () if aligned else ("u", "delta", "z", "out")
         k = compile_sm90(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, vals, W, unaligned)
@@ -62,7 +67,7 @@ def main() -> int:
         # shared memory only for the warps' maps at W = 2
         if res.get("LOCAL", 0) or (k.metadata.shared and W == 1):
             problem = problem or f"spills ({res}) or shared memory ({k.metadata.shared})"
-        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G} bc={bc} W={W}"
+        tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G} bc={bc} W={W} bc16={bc16}"
         if problem is None:
             print(f"{tag} regs={res['REG']} ok")
         else:

@@ -325,10 +325,16 @@ TLANE_MIN_CHANNELS = 512
 # used, 1 all at the top of the iteration, 2 the next tile's a tile ahead. H200, 2026-12-02, CUDA
 # graphs, bf16 ms 0 / 1 / 2: (1, 1536, 4096) 0.146 / 0.129 / 0.135, (1, 1024, 65536) 1.259 /
 # 1.359 / 1.366 (fp32 alike); no mode is faster than the segment split (0.116, 1.045), so the
-# kernel stays off and the mode at 0
+# kernel stays off and the mode at 0. With 16-bit rows (``TLANE_BC16``) mode 2 is its fastest
+# form: 2026-12-04, (1, 1536, 4096) bf16 0.114 against the split's 0.098 (Note [selective scan
+# forward time lanes])
 TLANE_BC_MODE = 0
 # warps per channel of the time-lane kernel (its ``W``: 1 or 2), each with its own time lanes
 TLANE_WARPS = 1
+# the time-lane kernel's B / C rows in the inputs' 16-bit dtype where B and C have it (its
+# ``BC16``; Note [selective scan forward 16-bit rows]): off with the kernel; with it, 16-bit rows
+# are 10% faster in mode 2 and slower in modes 0 / 1 (Note [selective scan forward time lanes])
+TLANE_BC16 = False
 # extra launch options of the time-lane kernel (e.g. {"maxnreg": 128}), for the benchmark
 TLANE_OPTIONS: dict[str, int] = {}
 
@@ -573,7 +579,7 @@ def plan_knobs() -> tuple:
     tc = triton_common
     return (
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
-        TLANE_WARPS, tuple(TLANE_OPTIONS.items()),
+        TLANE_WARPS, TLANE_BC16, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS,
@@ -631,7 +637,11 @@ def _launch_tlane(
     batch, dim, L = u.shape
     G = int(num_groups(B))
     LP = triton_fwd_tlane.tile_steps(L, TLANE_WARPS)
-    Bt, Ct = prep_BC_lane(B, C, batch, 16, LP)
+    rows16 = u.dtype if TLANE_BC16 and B.dtype == C.dtype == u.dtype != torch.float32 else None
+    Bt, Ct = prep_BC_lane(B, C, batch, 16, LP, rows16 or torch.float32)
+    bc16 = 0 if rows16 is None else 1 if rows16 == torch.bfloat16 else 2
+    if bc16 == 1:  # bf16 pairs as int32 words (Note [selective scan forward 16-bit rows])
+        Bt, Ct = Bt.view(torch.int32), Ct.view(torch.int32)
     a_raw = u.dtype != torch.float32 and A.dtype == torch.float32 and A.is_contiguous()
     init = initial_state.contiguous() if initial_state is not None else None
     xchg = None  # two warps' maps, per channel (``triton_fwd_tlane._warp_maps``)
@@ -646,7 +656,7 @@ def _launch_tlane(
         last_state, xchg, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
         CK=CHECKPOINT_LEN, HAS_D=D is not None, HAS_Z=z is not None,
         HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None, A_RAW=a_raw,
-        PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, W=TLANE_WARPS,
+        PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, W=TLANE_WARPS, BC16=bc16,
         num_warps=TLANE_WARPS, **TLANE_OPTIONS,
     )  # fmt: skip
 

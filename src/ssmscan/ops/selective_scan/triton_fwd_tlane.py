@@ -64,6 +64,27 @@ the doubled warps barely raise the warps resident. An earlier form split the sta
 warps instead (y summed through shared memory): every warp then repeats the per-step scalar
 work and the sum costs five barriers a tile, 69M instructions against 44M and 2.3-2.9x the
 time; it is gone.
+
+16-bit rows (``BC16``, ``triton_fwd.TLANE_BC16``; Note [selective scan forward 16-bit rows]):
+where B and C come in u's bf16 / fp16 the copies keep that dtype and a row is converted where it
+is used (``_row_f32``), half the row bytes and registers for 2 more instructions a 4-state row.
+Why (Nsight Compute, 2026-12-04, (1, 1536, 4096) bf16, W = 1, BC_MODE 1): 7.6 cycles an issued
+instruction, 46% of them long-scoreboard waits, a third of all stall samples on two FMULs of
+step 3 waiting for C rows loaded at the top of the same iteration, the L1 hit rate 70%: 11.5
+one-channel warps a multiprocessor, each at its own place in L, hold 8 KB of rows a tile each
+and miss L1. With 16-bit rows held a tile ahead (BC_MODE 2, 128 registers): 107 us, 48% issue,
+5.4 cycles an instruction; the waits left are the rolled rows' copies at the loop's end (MOVs
+waiting for the loads, 10% of the samples) and the scan's and the reduce-scatter's shuffles
+(short scoreboard, 23%). H200, CUDA graphs, forward ms at (1, 1536, 4096) bf16 / fp32
+(``device_twentyfifth1.sh`` .. ``3``; the split 0.098 / 0.106): BC_MODE 0 / 1 / 2 with fp32 rows
+0.150 / 0.126 / 0.129, fp32 0.146 / 0.131 / 0.142; with 16-bit rows (bf16) 0.163 / 0.172 /
+**0.114**. Also measured and not kept (``benchmarks/selective_scan/experiments/
+twentyfifth_tlane_stages_unroll.patch``): the loop pipelined by Triton (each tile's rows and
+u / delta / z as cp.async copies to shared memory, 17 KB a one-warp program) 0.145 (3 stages),
+0.156 (4), with 16-bit rows 0.129; the loop unrolled by 2 / 4 tiles (u / delta / z then only
+half a tile ahead) 0.126-0.151. The time-lane forward stays 16% behind the split at the missed
+row; what it would still need is fewer latency-bound rounds a tile (the 3-round map scan and the
+reduce-scatter) or more independent work a warp, e.g. two channels a thread sharing the rows.
 """
 
 from __future__ import annotations
@@ -181,8 +202,22 @@ def _tlane_loads(u, delta, z, row, t0, L, o_t, TL: tl.constexpr, KL: tl.constexp
 
 @triton.jit
 def _tlane_row(p, t, NP: tl.constexpr, S3: tl.constexpr):
-    """Step t's B or C row of each time lane (p: ``p_B`` / ``p_C``) as a (TL, KL, SPT) block."""
+    """Step t's B or C row of each time lane (p: ``p_B`` / ``p_C``) as a (TL, KL, SPT) block, as
+    stored: fp32, or with ``BC16`` (16-bit rows, NP the row's width in its words) a (TL, KL,
+    SPT / 2) block of bf16 pairs or (TL, KL, SPT) of fp16, for ``_row_f32``."""
     return tl.reshape(tl.load(p + t * NP), S3)
+
+
+@triton.jit
+def _row_f32(x, SPT: tl.constexpr):
+    """A row from ``_tlane_row`` as (TL, KL, SPT) fp32: bf16 pairs in int32 words by two bit
+    operations (Note [selective scan forward 16-bit rows]), fp16 converted, fp32 as it is."""
+    if x.dtype == tl.int32:
+        lo = (x << 16).to(tl.float32, bitcast=True)
+        hi = (x & -65536).to(tl.float32, bitcast=True)
+        return tl.reshape(tl.join(lo, hi), (x.shape[0], x.shape[1], SPT))
+    else:
+        return x.to(tl.float32)
 
 
 @triton.jit
@@ -198,14 +233,19 @@ def _tlane_bc_rows(p_B, p_C, t0, NP: tl.constexpr, S3: tl.constexpr, TPT: tl.con
 
 
 @triton.jit
-def _prefetch_tile_l1(Bt, Ct, row0, o_lane):
+def _prefetch_tile_l1(Bt, Ct, row0, o_lane, BC16: tl.constexpr):
     """``prefetch.global.L1`` of a tile's B and C rows (W x 64 steps x 16 states fp32 = W x 32
-    lines of 128 bytes each) from element ``row0``: one line of each per lane (``o_lane`` 0 ..
-    32 W - 1). A hint (no layout assumption: a different layout only prefetches a line twice);
-    nothing interpreted."""
+    lines of 128 bytes each; 16-bit rows half of that) from element ``row0``: one line of each per
+    lane (``o_lane`` 0 .. 32 W - 1; with 16-bit rows lanes 16 apart take the same line). A hint
+    (no layout assumption: a different layout only prefetches a line twice); nothing
+    interpreted."""
     if _PTX:
         for X in tl.static_range(2):
-            p = (Bt if X == 0 else Ct) + row0 + o_lane * 32
+            if BC16 == 0:
+                p = (Bt if X == 0 else Ct) + row0 + o_lane * 32
+            else:  # 128 bytes: 32 int32 words (bf16 pairs) or 64 fp16
+                lane = (o_lane // 32) * 16 + o_lane % 16
+                p = (Bt if X == 0 else Ct) + row0 + lane * (32 if BC16 == 1 else 64)
             _prefetch_l1(p)
 
 
@@ -246,6 +286,8 @@ def _selective_scan_fwd_tlane_kernel(
     # warps per channel (``triton_fwd.TLANE_WARPS``, 1 or 2): a tile of W x 64 steps, warp w
     # its time lanes w * 8 .. w * 8 + 7; the warps' maps composed through shared memory
     W: tl.constexpr = 1,
+    # B / C rows in 16 bits (``triton_fwd.TLANE_BC16``): 1 bf16 pairs as int32 words, 2 fp16
+    BC16: tl.constexpr = 0,
 ):
     tl.static_assert(NP == 16)
     tl.static_assert(W == 1 or W == 2)
@@ -257,6 +299,8 @@ def _selective_scan_fwd_tlane_kernel(
     TPT: tl.constexpr = KL * TPL
     TILE: tl.constexpr = R * TPT
     S3: tl.constexpr = (R, KL, SPT)
+    RW: tl.constexpr = NP // 2 if BC16 == 1 else NP  # a row's elements in Bt / Ct
+    S3W: tl.constexpr = (R, KL, SPT // 2) if BC16 == 1 else S3
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     o_r = tl.arange(0, R)
@@ -280,9 +324,10 @@ def _selective_scan_fwd_tlane_kernel(
     ch = i_b * dim + i_d  # int64 channel index
     row = ch * L
     grp = i_d // (dim // G)
-    bc = (i_b * G + grp) * LP * NP
-    p_B = Bt + bc + (o_r[:, None] * TPT) * NP + o_in  # (R, NP): + (t0 + j) * NP
-    p_C = Ct + bc + (o_r[:, None] * TPT) * NP + o_in
+    bc = (i_b * G + grp) * LP * RW
+    o_iw = o_r[:, None] * 0 + tl.arange(0, RW)[None, :]  # (R, RW): word w of the row
+    p_B = Bt + bc + (o_r[:, None] * TPT) * RW + o_iw  # (R, RW): + (t0 + j) * RW
+    p_C = Ct + bc + (o_r[:, None] * TPT) * RW + o_iw
     p_ck = ckpt + ch * (NCK * NP) + o_in
     if HAS_INIT:
         h = tl.reshape(tl.load(init + ch * NP + o_in), S3)
@@ -290,7 +335,7 @@ def _selective_scan_fwd_tlane_kernel(
         h = tl.zeros(S3, dtype=tl.float32)
     nxt = _tlane_loads(u, delta, z, row, 0, L, o_t, R, KL, TPL, HAS_Z)
     if BC_MODE == 2:
-        nbc = _tlane_bc_rows(p_B, p_C, 0, NP, S3, TPT)
+        nbc = _tlane_bc_rows(p_B, p_C, 0, RW, S3W, TPT)
     for t0 in range(0, L, TILE):
         t0 = tl.multiple_of(t0, TILE)
         if t0 % CK == 0:
@@ -298,12 +343,12 @@ def _selective_scan_fwd_tlane_kernel(
         b_u, b_x, b_z = nxt
         nxt = _tlane_loads(u, delta, z, row, t0 + TILE, L, o_t, R, KL, TPL, HAS_Z)
         if BC_MODE == 1:
-            rBs, rCs = _tlane_bc_rows(p_B, p_C, t0, NP, S3, TPT)
+            rBs, rCs = _tlane_bc_rows(p_B, p_C, t0, RW, S3W, TPT)
         elif BC_MODE == 2:
             rBs, rCs = nbc
-            nbc = _tlane_bc_rows(p_B, p_C, t0 + TILE, NP, S3, TPT)
+            nbc = _tlane_bc_rows(p_B, p_C, t0 + TILE, RW, S3W, TPT)
         if PREFETCH_L1:
-            _prefetch_tile_l1(Bt, Ct, bc + (t0 + TILE) * NP, o_lane)
+            _prefetch_tile_l1(Bt, Ct, bc + (t0 + TILE) * RW, o_lane, BC16)
         # 1. dt, dt * u once per element; decays and inputs per step; each time lane's map
         b_u = b_u.to(tl.float32)
         b_dt = b_x.to(tl.float32) + b_bias
@@ -319,9 +364,9 @@ def _selective_scan_fwd_tlane_kernel(
             b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
             if BC_MODE == 0:
-                b_B = _tlane_row(p_B, t0 + j, NP, S3)
+                b_B = _row_f32(_tlane_row(p_B, t0 + j, RW, S3W), SPT)
             else:
-                b_B = rBs[j]
+                b_B = _row_f32(rBs[j], SPT)
             a = tl.exp2(b_dtj * b_A2)
             b = b_duj * b_B
             As = As + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
@@ -356,9 +401,9 @@ def _selective_scan_fwd_tlane_kernel(
         ys = ()
         for j in tl.static_range(TPT):
             if BC_MODE == 0:
-                b_C = _tlane_row(p_C, t0 + j, NP, S3)
+                b_C = _row_f32(_tlane_row(p_C, t0 + j, RW, S3W), SPT)
             else:
-                b_C = rCs[j]
+                b_C = _row_f32(rCs[j], SPT)
             g = As[j] * g + Bs[j]
             ys = ys + (tl.sum(g * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         b_y = _y_scatter(ys, o_k2)  # (R, KL, TPL): step 8 r + 2 k + s
