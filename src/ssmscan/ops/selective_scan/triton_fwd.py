@@ -335,6 +335,11 @@ TLANE_WARPS = 1
 # ``BC16``; Note [selective scan forward 16-bit rows]): off with the kernel; with it, 16-bit rows
 # are 10% faster in mode 2 and slower in modes 0 / 1 (Note [selective scan forward time lanes])
 TLANE_BC16 = False
+# two channels a warp in the time-lane kernel (``triton_fwd_tlane._selective_scan_fwd_tlane2_kernel``)
+# where it can: one warp a channel (TLANE_WARPS 1), the rows loaded a tile at a time (TLANE_BC_MODE
+# 1 or 2) and an even number of channels a B / C group. 2026-12-04, (1, 1536, 4096), mode 2: fp32
+# 0.110 ms (one channel 0.142, the split 0.106), bf16 0.1305 (0.114, 0.0985); off with the kernel
+TLANE_CH2 = False
 # extra launch options of the time-lane kernel (e.g. {"maxnreg": 128}), for the benchmark
 TLANE_OPTIONS: dict[str, int] = {}
 
@@ -579,7 +584,7 @@ def plan_knobs() -> tuple:
     tc = triton_common
     return (
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
-        TLANE_WARPS, TLANE_BC16, tuple(TLANE_OPTIONS.items()),
+        TLANE_WARPS, TLANE_BC16, TLANE_CH2, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS,
@@ -647,6 +652,20 @@ def _launch_tlane(
     xchg = None  # two warps' maps, per channel (``triton_fwd_tlane._warp_maps``)
     if TLANE_WARPS == 2:
         xchg = torch.empty((batch, dim, 2, 2, 2, 16), dtype=torch.float32, device=u.device)
+    if TLANE_CH2 and TLANE_WARPS == 1 and TLANE_BC_MODE in (1, 2) and (dim // G) % 2 == 0:
+        launcher(triton_fwd_tlane._selective_scan_fwd_tlane2_kernel, triton_fwd_tlane.check_tlane_layout())[
+            (dim // 2, batch)
+        ](
+            u.contiguous(), delta.contiguous(), A if a_raw else prep_A(A, 16), Bt, Ct,
+            as_f32(D) if D is not None else None, z.contiguous() if z is not None else None,
+            as_f32(delta_bias) if delta_bias is not None else None, init, out, checkpoints,
+            last_state, dim, L, LP, G, checkpoints.shape[2], SOFTPLUS=delta_softplus, NP=16,
+            CK=CHECKPOINT_LEN, HAS_D=D is not None, HAS_Z=z is not None,
+            HAS_BIAS=delta_bias is not None, HAS_INIT=initial_state is not None, A_RAW=a_raw,
+            PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, BC16=bc16,
+            num_warps=1, **TLANE_OPTIONS,
+        )  # fmt: skip
+        return
     launcher(triton_fwd_tlane._selective_scan_fwd_tlane_kernel, triton_fwd_tlane.check_tlane_layout())[
         (dim, batch)
     ](

@@ -84,7 +84,20 @@ u / delta / z as cp.async copies to shared memory, 17 KB a one-warp program) 0.1
 0.156 (4), with 16-bit rows 0.129; the loop unrolled by 2 / 4 tiles (u / delta / z then only
 half a tile ahead) 0.126-0.151. The time-lane forward stays 16% behind the split at the missed
 row; what it would still need is fewer latency-bound rounds a tile (the 3-round map scan and the
-reduce-scatter) or more independent work a warp, e.g. two channels a thread sharing the rows.
+reduce-scatter) or more independent work a warp.
+
+Two channels a warp (``_selective_scan_fwd_tlane2_kernel``, ``triton_fwd.TLANE_CH2``): every
+thread runs the same time lane and states of channels 2 p and 2 p + 1 (``_tlane_tile`` twice
+on the same rows), so each row loaded and converted serves both and the two channels' scans
+interleave; 768 warps at batch 1 (1.45 a scheduler), 168 registers. sm_90: 7.4 warp
+instructions a channel-step against 8.5 (bf16, 16-bit rows a tile ahead), 7.1 against 8.0 (rows
+at the top). H200, 2026-12-04, CUDA graphs, (1, 1536, 4096), forward ms (the split 0.0985 bf16 /
+0.1063 fp32): 16-bit rows a tile ahead 0.1305 (one channel 0.114), at the top 0.137; fp32 rows
+a tile ahead 0.135 bf16 and **0.110 fp32** (one channel 0.142: the time-lane forward's closest
+to the split, 4% behind), at the top 0.154 / 0.164. In bf16 15% of its stall samples sit on one
+PRMT at the loop's end that unpacks the next tile's u / delta / z halves into the carried
+registers and waits for their loads (fp32 has no such unpack); carrying them as the loaded
+int32 words of two bf16 would move that wait to their first use a tile later. Not done.
 """
 
 from __future__ import annotations
@@ -417,6 +430,159 @@ def _selective_scan_fwd_tlane_kernel(
     NC = NCK - 1
     tl.store(p_ck + NC * NP, tl.reshape(h, (R, NP)), mask=row0)  # the final entry
     tl.store(last + ch * NP + o_in, tl.reshape(h, (R, NP)), mask=row0)
+
+
+@triton.jit
+def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, o_k2, o_k3, o_r3,
+                SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                TL: tl.constexpr, KL: tl.constexpr, TPL: tl.constexpr, SPT: tl.constexpr):  # fmt: skip
+    """One channel's tile from state h (one warp, ``W`` = 1): steps 1-4 of Note [selective scan
+    forward time lanes] with the tile's B / C rows given (``rBs`` / ``rCs``, as loaded);
+    returns (the state after the tile, the tile's y (TL, KL, TPL) before its store). The
+    two-channel kernel calls it once per channel with the same rows."""
+    TPT: tl.constexpr = KL * TPL
+    o_i3 = o_r3 % TL
+    b_u = b_u.to(tl.float32)
+    b_dt = b_x.to(tl.float32) + b_bias
+    if SOFTPLUS:
+        b_dt = _softplus(b_dt)
+    b_dt = tl.where(t0 + o_j < L, b_dt, 0.0)  # padded steps: decay 1, input 0
+    b_du = b_dt * b_u
+    As = ()
+    Bs = ()
+    P = h
+    Q = h
+    for j in tl.static_range(TPT):
+        b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        a = tl.exp2(b_dtj * b_A2)
+        b = b_duj * _row_f32(rBs[j], SPT)
+        As = As + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        Bs = Bs + (b,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        if j == 0:
+            P = a
+            Q = b
+        else:
+            Q = a * Q + b
+            P = a * P
+    for e in tl.static_range(3):
+        Pp = _rows_up(P, 1 << e, o_r3)
+        Qp = _rows_up(Q, 1 << e, o_r3)
+        has = o_i3 >= (1 << e)
+        Q = tl.where(has, P * Qp + Q, Q)
+        P = tl.where(has, P * Pp, P)
+    E = P * h + Q
+    g = tl.where(o_i3 == 0, h, _rows_up(E, 1, o_r3))
+    h = _rows_last(E, o_k3, o_r3, TL)
+    ys = ()
+    for j in tl.static_range(TPT):
+        g = As[j] * g + Bs[j]
+        ys = ys + (tl.sum(g * _row_f32(rCs[j], SPT), axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+    b_y = _y_scatter(ys, o_k2)
+    if HAS_D:
+        b_y += b_D * b_u
+    if HAS_Z:
+        b_zf = b_z.to(tl.float32)
+        b_y *= b_zf * _sigmoid(b_zf)
+    return h, b_y
+
+
+@triton.jit
+def _selective_scan_fwd_tlane2_kernel(
+    u, delta, A2, Bt, Ct, Dv, z, delta_bias, init, out, ckpt, last,  # as the one-channel kernel's
+    dim, L, LP, G, NCK,
+    SOFTPLUS: tl.constexpr, NP: tl.constexpr, CK: tl.constexpr, HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INIT: tl.constexpr, A_RAW: tl.constexpr,
+    PREFETCH_L1: tl.constexpr,
+    BC_MODE: tl.constexpr = 2,  # 1 or 2, as the one-channel kernel's
+    BC16: tl.constexpr = 0,
+):  # fmt: skip
+    """The time-lane forward with two channels a warp (``triton_fwd.TLANE_CH2``): program p
+    runs channels 2 p and 2 p + 1 (of one B / C group) in the same warp, each thread both
+    channels' time lane and states, so that every B / C row loaded serves both (half the row
+    loads and conversions a channel) and the two channels' scans and shuffles interleave."""
+    tl.static_assert(NP == 16)
+    tl.static_assert(BC_MODE == 1 or BC_MODE == 2)
+    TL: tl.constexpr = 8
+    KL: tl.constexpr = 4
+    R: tl.constexpr = TL
+    SPT: tl.constexpr = NP // KL
+    TPL: tl.constexpr = 2
+    TPT: tl.constexpr = KL * TPL
+    TILE: tl.constexpr = R * TPT
+    S3: tl.constexpr = (R, KL, SPT)
+    RW: tl.constexpr = NP // 2 if BC16 == 1 else NP
+    S3W: tl.constexpr = (R, KL, SPT // 2) if BC16 == 1 else S3
+    i_d = tl.program_id(0) * 2
+    i_b = tl.program_id(1).to(tl.int64)
+    o_r = tl.arange(0, R)
+    o_n = tl.arange(0, NP)
+    o_k = tl.arange(0, KL)
+    o_r3 = o_r[:, None, None]
+    o_k2 = o_k[None, :]
+    o_k3 = o_k[None, :, None]
+    o_in = o_r[:, None] * 0 + o_n[None, :]
+    o_t = o_r[:, None] * TPT + tl.arange(0, TPT)[None, :]
+    o_j = tl.reshape(o_t, (R, KL, TPL))
+    o_lane = o_r[:, None] * KL + o_k[None, :]
+    row0 = (o_r == 0)[:, None] & (o_n < NP)[None, :]
+
+    b_A2a = tl.reshape(tl.load(A2 + i_d * NP + o_in), S3)
+    b_A2b = tl.reshape(tl.load(A2 + (i_d + 1) * NP + o_in), S3)
+    if A_RAW:
+        b_A2a = b_A2a * 1.4426950408889634
+        b_A2b = b_A2b * 1.4426950408889634
+    b_Da = tl.load(Dv + i_d) if HAS_D else 0.0
+    b_Db = tl.load(Dv + i_d + 1) if HAS_D else 0.0
+    b_ba = tl.load(delta_bias + i_d) if HAS_BIAS else 0.0
+    b_bb = tl.load(delta_bias + i_d + 1) if HAS_BIAS else 0.0
+    ch = i_b * dim + i_d  # int64: the first channel; the second is ch + 1
+    row = ch * L
+    grp = i_d // (dim // G)  # both channels' group ((dim / G) even: the launcher's condition)
+    bc = (i_b * G + grp) * LP * RW
+    o_iw = o_r[:, None] * 0 + tl.arange(0, RW)[None, :]
+    p_B = Bt + bc + (o_r[:, None] * TPT) * RW + o_iw
+    p_C = Ct + bc + (o_r[:, None] * TPT) * RW + o_iw
+    p_ck = ckpt + ch * (NCK * NP) + o_in
+    if HAS_INIT:
+        ha = tl.reshape(tl.load(init + ch * NP + o_in), S3)
+        hb = tl.reshape(tl.load(init + (ch + 1) * NP + o_in), S3)
+    else:
+        ha = tl.zeros(S3, dtype=tl.float32)
+        hb = tl.zeros(S3, dtype=tl.float32)
+    nxa = _tlane_loads(u, delta, z, row, 0, L, o_t, R, KL, TPL, HAS_Z)
+    nxb = _tlane_loads(u, delta, z, row + L, 0, L, o_t, R, KL, TPL, HAS_Z)
+    if BC_MODE == 2:
+        nbc = _tlane_bc_rows(p_B, p_C, 0, RW, S3W, TPT)
+    for t0 in range(0, L, TILE):
+        t0 = tl.multiple_of(t0, TILE)
+        if t0 % CK == 0:
+            tl.store(p_ck + (t0 // CK) * NP, tl.reshape(ha, (R, NP)), mask=row0)
+            tl.store(p_ck + NCK * NP + (t0 // CK) * NP, tl.reshape(hb, (R, NP)), mask=row0)
+        ua, xa, za = nxa
+        ub, xb, zb = nxb
+        nxa = _tlane_loads(u, delta, z, row, t0 + TILE, L, o_t, R, KL, TPL, HAS_Z)
+        nxb = _tlane_loads(u, delta, z, row + L, t0 + TILE, L, o_t, R, KL, TPL, HAS_Z)
+        if BC_MODE == 1:
+            rBs, rCs = _tlane_bc_rows(p_B, p_C, t0, RW, S3W, TPT)
+        else:
+            rBs, rCs = nbc
+            nbc = _tlane_bc_rows(p_B, p_C, t0 + TILE, RW, S3W, TPT)
+        if PREFETCH_L1:
+            _prefetch_tile_l1(Bt, Ct, bc + (t0 + TILE) * RW, o_lane, BC16)
+        ha, ya = _tlane_tile(ha, ua, xa, za, b_A2a, b_Da, b_ba, rBs, rCs, t0, L, o_j, o_k, o_k2,
+                             o_k3, o_r3, SOFTPLUS, HAS_D, HAS_Z, TL, KL, TPL, SPT)  # fmt: skip
+        hb, yb = _tlane_tile(hb, ub, xb, zb, b_A2b, b_Db, b_bb, rBs, rCs, t0, L, o_j, o_k, o_k2,
+                             o_k3, o_r3, SOFTPLUS, HAS_D, HAS_Z, TL, KL, TPL, SPT)  # fmt: skip
+        m = (t0 + o_t) < L
+        p_o = out + row + t0 + o_t
+        tl.store(p_o, tl.reshape(ya, (R, TPT)).to(out.dtype.element_ty), mask=m)
+        tl.store(p_o + L, tl.reshape(yb, (R, TPT)).to(out.dtype.element_ty), mask=m)
+    NC = NCK - 1
+    tl.store(p_ck + NC * NP, tl.reshape(ha, (R, NP)), mask=row0)
+    tl.store(p_ck + NCK * NP + NC * NP, tl.reshape(hb, (R, NP)), mask=row0)
+    tl.store(last + ch * NP + o_in, tl.reshape(ha, (R, NP)), mask=row0)
+    tl.store(last + (ch + 1) * NP + o_in, tl.reshape(hb, (R, NP)), mask=row0)
 
 
 def tile_steps(L: int, W: int = 1) -> int:
