@@ -637,7 +637,8 @@ def _launch_tlane(
     checkpoints: torch.Tensor,
 ) -> None:
     """The forward by ``triton_fwd_tlane`` (Note [selective scan forward time lanes]):
-    ``TLANE_WARPS`` warps per channel, N = 16, into ``checkpoints`` and ``last_state``
+    ``TLANE_WARPS`` warps per channel, or two channels a warp (``TLANE_CH2``, where it applies),
+    16-bit B / C rows with ``TLANE_BC16``, N = 16, into ``checkpoints`` and ``last_state``
     directly."""
     batch, dim, L = u.shape
     G = int(num_groups(B))
