@@ -265,6 +265,30 @@ def _prefetch_tile_l1(Bt, Ct, row0, o_lane, BC16: tl.constexpr):
 
 
 @triton.jit
+def _tlane_scan(P, Q, o_r3, o_i3):
+    """Step 2: the inclusive scan of the time lanes' maps h -> P h + Q over each warp's 8 time
+    lanes (earlier lane first; 3 rounds of ``_rows_up``)."""
+    for e in tl.static_range(3):
+        Pp = _rows_up(P, 1 << e, o_r3)
+        Qp = _rows_up(Q, 1 << e, o_r3)
+        has = o_i3 >= (1 << e)
+        Q = tl.where(has, P * Qp + Q, Q)
+        P = tl.where(has, P * Pp, P)
+    return P, Q
+
+
+@triton.jit
+def _tlane_skip_gate(b_y, b_u, b_z, b_D, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """A tile's y with the skip D u added and the gate z sigmoid(z) applied (fp32 u)."""
+    if HAS_D:
+        b_y += b_D * b_u
+    if HAS_Z:
+        b_zf = b_z.to(tl.float32)
+        b_y *= b_zf * _sigmoid(b_zf)
+    return b_y
+
+
+@triton.jit
 def _selective_scan_fwd_tlane_kernel(
     u,  # (batch, dim, L) input
     delta,  # (batch, dim, L) time step before bias / softplus
@@ -392,13 +416,8 @@ def _selective_scan_fwd_tlane_kernel(
             else:
                 Q = a * Q + b
                 P = a * P
-        # 2. inclusive scan of the maps over each warp's time lanes (earlier lane first)
-        for e in tl.static_range(3):
-            Pp = _rows_up(P, 1 << e, o_r3)
-            Qp = _rows_up(Q, 1 << e, o_r3)
-            has = o_i3 >= (1 << e)
-            Q = tl.where(has, P * Qp + Q, Q)
-            P = tl.where(has, P * Pp, P)
+        # 2. inclusive scan of the maps over each warp's time lanes
+        P, Q = _tlane_scan(P, Q, o_r3, o_i3)
         if W == 1:
             g0 = h
             E = P * h + Q
@@ -422,11 +441,7 @@ def _selective_scan_fwd_tlane_kernel(
             g = As[j] * g + Bs[j]
             ys = ys + (tl.sum(g * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         b_y = _y_scatter(ys, o_k2)  # (R, KL, TPL): step 8 r + 2 k + s
-        if HAS_D:
-            b_y += b_D * b_u
-        if HAS_Z:
-            b_zf = b_z.to(tl.float32)
-            b_y *= b_zf * _sigmoid(b_zf)
+        b_y = _tlane_skip_gate(b_y, b_u, b_z, b_D, HAS_D, HAS_Z)
         m = (t0 + o_t) < L
         tl.store(out + row + t0 + o_t, tl.reshape(b_y, (R, TPT)).to(out.dtype.element_ty), mask=m)
     NC = NCK - 1
@@ -467,12 +482,7 @@ def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, 
         else:
             Q = a * Q + b
             P = a * P
-    for e in tl.static_range(3):
-        Pp = _rows_up(P, 1 << e, o_r3)
-        Qp = _rows_up(Q, 1 << e, o_r3)
-        has = o_i3 >= (1 << e)
-        Q = tl.where(has, P * Qp + Q, Q)
-        P = tl.where(has, P * Pp, P)
+    P, Q = _tlane_scan(P, Q, o_r3, o_i3)
     E = P * h + Q
     g = tl.where(o_i3 == 0, h, _rows_up(E, 1, o_r3))
     h = _rows_last(E, o_k3, o_r3, TL)
@@ -481,11 +491,7 @@ def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, 
         g = As[j] * g + Bs[j]
         ys = ys + (tl.sum(g * _row_f32(rCs[j], SPT), axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     b_y = _y_scatter(ys, o_k2)
-    if HAS_D:
-        b_y += b_D * b_u
-    if HAS_Z:
-        b_zf = b_z.to(tl.float32)
-        b_y *= b_zf * _sigmoid(b_zf)
+    b_y = _tlane_skip_gate(b_y, b_u, b_z, b_D, HAS_D, HAS_Z)
     return h, b_y
 
 
