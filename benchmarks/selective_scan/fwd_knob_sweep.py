@@ -8,7 +8,9 @@ slice (``bench_gpu.references``) before it is timed.
 
 A variant is ``;``-separated from the next, its settings ``,``-separated: ``NAME=INT`` for a
 constexpr of ``_selective_scan_fwd_lane_kernel`` (through ``triton_fwd.LANE_OPTIONS``, both
-passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting; ``base`` is the library's default.
+passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting, ``TLANE.NAME=INT`` for a
+constexpr of the time-lane kernels (through ``triton_fwd.TLANE_OPTIONS``); ``base`` is the
+library's default.
 With ``--mamba`` mamba-ssm's forward (``selective_scan_cuda`` on the path) is timed the same way in
 every round, and each variant's ratio to it printed. With ``--no-check`` a variant that fails the check
 is timed too (a bound from a deliberately wrong kernel, e.g. one that skips work)."""
@@ -37,7 +39,7 @@ def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
         if not item or item == "base":
             continue
         name, value = item.split("=")
-        if name.startswith(("triton_fwd.", "triton_common.")):
+        if name.startswith(("triton_fwd.", "triton_common.", "TLANE.")):
             mod[name] = int(value)
         else:
             opts[name] = int(value)
@@ -49,16 +51,21 @@ def applied(spec: str):
     """The library's forward with variant ``spec`` set (kernel options on top of
     ``triton_fwd.LANE_OPTIONS``, module settings); everything restored on exit."""
     opts, mod = parse(spec)
+    tlane = {k.split(".")[1]: v for k, v in mod.items() if k.startswith("TLANE.")}
+    mod = {k: v for k, v in mod.items() if not k.startswith("TLANE.")}
     targets = {k: (MODULES[k.split(".")[0]], k.split(".")[1]) for k in mod}
     saved_opts = triton_fwd.LANE_OPTIONS
+    saved_tlane = triton_fwd.TLANE_OPTIONS
     saved = {k: getattr(m, n) for k, (m, n) in targets.items()}
     try:
         triton_fwd.LANE_OPTIONS = {**saved_opts, **opts}
+        triton_fwd.TLANE_OPTIONS = {**saved_tlane, **tlane}
         for k, (m, n) in targets.items():
             setattr(m, n, mod[k])
         yield
     finally:
         triton_fwd.LANE_OPTIONS = saved_opts
+        triton_fwd.TLANE_OPTIONS = saved_tlane
         for k, (m, n) in targets.items():
             setattr(m, n, saved[k])
 

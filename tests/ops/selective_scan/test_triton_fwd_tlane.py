@@ -60,14 +60,18 @@ _CASES = {
        ("B1-D4-L300-bf16-G2", "r16-bc2", 1), ("B2-D2-L129-fp16", "r16-bc1", 2)]
     + [("B1-D4-L300-bf16-G2", "ch2-r16-bc2", 1), ("B2-D2-L129-fp16", "ch2-bc1", 1),
        ("B1-D3-L1000-fp32-init", "ch2-bc2", 1), ("B2-D2-L64-fp32-bare", "ch2-bc1", 1),
-       ("B1-D3-L1-fp32", "ch2-bc2", 1)],
+       ("B1-D3-L1-fp32", "ch2-bc2", 1)]
+    + [(c, "chain", 1) for c in _CASES] + [("B1-D4-L300-bf16-G2", "chain-r16", 1),
+                                           ("B2-D2-L129-fp16", "chain-r16", 1)],
     ids=[*_CASES, "B1-D3-L1000-fp32-init-bc1", "B1-D4-L300-bf16-G2-bc2", "B1-D3-L63-fp32-bc2",
          "B1-D3-L1000-fp32-init-w2", "B1-D4-L300-bf16-G2-bc1-w2", "B2-D2-L129-fp16-w2",
          "B1-D3-L63-fp32-bc2-w2", "B2-D2-L64-fp32-bare-w2", "B1-D3-L1-fp32-w2",
          "B1-D4-L300-bf16-G2-rows16", "B2-D2-L129-fp16-rows16", "B1-D4-L300-bf16-G2-rows16-bc2",
          "B2-D2-L129-fp16-rows16-bc1-w2", "B1-D4-L300-bf16-G2-ch2-rows16-bc2",
          "B2-D2-L129-fp16-ch2-bc1", "B1-D3-L1000-fp32-init-ch2-bc2 (odd dim: one channel)",
-         "B2-D2-L64-fp32-bare-ch2-bc1", "B1-D3-L1-fp32-ch2-bc2 (odd dim: one channel)"],
+         "B2-D2-L64-fp32-bare-ch2-bc1", "B1-D3-L1-fp32-ch2-bc2 (odd dim: one channel)",
+         *(f"{c}-chain" for c in _CASES), "B1-D4-L300-bf16-G2-chain-r16",
+         "B2-D2-L129-fp16-chain-r16"],
 )  # fmt: skip
 def test_time_lane_forward_matches_reference(case, bc_mode, warps, time_lanes, monkeypatch):
     """Every ``TLANE_BC_MODE`` (where B / C rows are loaded), ``TLANE_WARPS`` (warps a
@@ -76,9 +80,10 @@ def test_time_lane_forward_matches_reference(case, bc_mode, warps, time_lanes, m
     kernel) on some of the cases."""
     from torch._library.triton import set_wrap_triton_enabled
 
-    if isinstance(bc_mode, str):  # "[ch2-][r16][-bcM]"
+    if isinstance(bc_mode, str):  # "[ch2-|chain][r16][-bcM]"
         monkeypatch.setattr(triton_fwd, "TLANE_BC16", "r16" in bc_mode)
         monkeypatch.setattr(triton_fwd, "TLANE_CH2", "ch2" in bc_mode)
+        monkeypatch.setattr(triton_fwd, "TLANE_CHAIN", "chain" in bc_mode)
         bc_mode = int(bc_mode[-1]) if "bc" in bc_mode else 0
     monkeypatch.setattr(triton_fwd, "TLANE_BC_MODE", bc_mode)
     monkeypatch.setattr(triton_fwd, "TLANE_WARPS", warps)
@@ -193,7 +198,7 @@ def test_time_lane_kernel_layouts_for_sm90():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(" ok") == 43, res.stdout
+    assert res.stdout.count(" ok") == 46, res.stdout
 
 
 def test_launch_falls_back_to_the_segments(monkeypatch):
@@ -227,14 +232,16 @@ def test_launch_falls_back_to_the_segments(monkeypatch):
 @pytest.mark.parametrize(
     "warps,bc_mode,rows16,ch2",
     [(1, 0, False, False), (2, 0, False, False), (1, 0, True, False), (1, 2, True, False),
-     (1, 2, True, True), (1, 1, False, True)],
-    ids=["w1", "w2", "w1-rows16", "w1-bc2-rows16", "ch2-bc2-rows16", "ch2-bc1"],
+     (1, 2, True, True), (1, 1, False, True), (1, 0, False, "chain"), (1, 0, True, "chain")],
+    ids=["w1", "w2", "w1-rows16", "w1-bc2-rows16", "ch2-bc2-rows16", "ch2-bc1", "chain",
+         "chain-rows16"],
 )  # fmt: skip
 def test_time_lane_forward_gpu(dtype, shape, warps, bc_mode, rows16, ch2, time_lanes, recwarn,
                                monkeypatch):  # fmt: skip
     """On the GPU (the shuffles as PTX, the layout check on the compiled kernel), every
     ``TLANE_WARPS``, 16-bit rows (``TLANE_BC16``; bf16 and fp32 inputs, fp32 keeps fp32 rows)
-    where they load and a tile ahead, and two channels a warp (``TLANE_CH2``): outputs, last
+    where they load and a tile ahead, two channels a warp (``TLANE_CH2``) and the chained tiles
+    (``TLANE_CHAIN``, Note [selective scan forward time-lane chain]): outputs, last
     state and every gradient (the backward from the kernel's checkpoints) against float64 on
     fresh inputs; no fallback warning."""
     import ssmscan
@@ -242,7 +249,8 @@ def test_time_lane_forward_gpu(dtype, shape, warps, bc_mode, rows16, ch2, time_l
     monkeypatch.setattr(triton_fwd, "TLANE_WARPS", warps)
     monkeypatch.setattr(triton_fwd, "TLANE_BC_MODE", bc_mode)
     monkeypatch.setattr(triton_fwd, "TLANE_BC16", rows16)
-    monkeypatch.setattr(triton_fwd, "TLANE_CH2", ch2)
+    monkeypatch.setattr(triton_fwd, "TLANE_CH2", ch2 is True)
+    monkeypatch.setattr(triton_fwd, "TLANE_CHAIN", ch2 == "chain")
     batch, dim, L, G = shape
     kw = make_selective_scan_inputs(
         batch, dim, L, 16, groups=G, dtype=dtype, device="cuda", has_initial_state=True, seed=L

@@ -17,7 +17,7 @@ import tempfile
 
 import triton
 
-from ssmscan.ops.selective_scan import triton_fwd_tlane
+from ssmscan.ops.selective_scan import triton_fwd_tchain, triton_fwd_tlane
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
@@ -54,6 +54,9 @@ def main() -> int:
     # two channels a warp (``_selective_scan_fwd_tlane2_kernel``; W = 1, BC_MODE 1 / 2); W = 0 tags it
     configs += [("bf16", 4096, True, True, 1, 2, 0, 1), ("fp32", 1001, False, True, 1, 2, 0, 0),
                 ("fp16", 4096, True, False, 1, 1, 0, 2)]  # fmt: skip
+    # the chained tiles (``triton_fwd_tchain``; a (channel, tile) a one-warp program); W = -1 tags it
+    configs += [("bf16", 4096, True, True, 1, 0, -1, 1), ("fp32", 1001, False, False, 2, 0, -1, 0),
+                ("fp16", 4096, True, True, 1, 0, -1, 2)]  # fmt: skip
     for dt, L, aligned, opt, G, bc, W, bc16 in configs:
         io = f"*{dt}"
         rows = {0: "*fp32", 1: "*i32", 2: "*fp16"}[bc16]
@@ -63,9 +66,12 @@ def main() -> int:
             L=L, LP=triton_fwd_tlane.tile_steps(L, max(W, 1)), G=G, NCK=num_checkpoints(L),
             SOFTPLUS=opt, NP=16, CK=CHECKPOINT_LEN, HAS_D=opt, HAS_Z=opt, HAS_BIAS=opt,
             HAS_INIT=not opt, A_RAW=dt != "fp32", PREFETCH_L1=opt, BC_MODE=bc, W=W, BC16=bc16,
+            flags="*i32", maps="*fp32", ends="*fp32", T=(L + 63) // 64,
         )  # fmt: skip
         unaligned = () if aligned else ("u", "delta", "z", "out")
-        if W == 0:
+        if W == -1:
+            kernel, warps = triton_fwd_tchain._selective_scan_fwd_tchain_kernel, 1
+        elif W == 0:
             kernel, warps = triton_fwd_tlane._selective_scan_fwd_tlane2_kernel, 1
         else:
             kernel, warps = triton_fwd_tlane._selective_scan_fwd_tlane_kernel, W
@@ -73,7 +79,7 @@ def main() -> int:
         problem = triton_fwd_tlane.tlane_layout_problem(k.asm["ttgir"])
         res = usage(k.asm["cubin"])
         # shared memory only for the warps' maps at W = 2 (W = 0: the two-channel kernel)
-        if res.get("LOCAL", 0) or (k.metadata.shared and W != 2):
+        if res.get("LOCAL", 0) or (k.metadata.shared and W != 2):  # (W = -1: the chain kernel)
             problem = problem or f"spills ({res}) or shared memory ({k.metadata.shared})"
         tag = f"{dt} L={L} aligned={aligned} optional={opt} G={G} bc={bc} W={W} bc16={bc16}"
         if problem is None:

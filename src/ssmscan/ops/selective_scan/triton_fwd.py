@@ -54,7 +54,7 @@ from torch._library.triton import is_wrap_triton_enabled
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.launch_plan import planned
 from ssmscan.ops.common.triton_launch import launcher
-from ssmscan.ops.selective_scan import triton_common, triton_fwd_tlane
+from ssmscan.ops.selective_scan import triton_common, triton_fwd_tchain, triton_fwd_tlane
 from ssmscan.ops.selective_scan.shapes import (
     CHECKPOINT_LEN,
     empty_forward_outputs,
@@ -340,6 +340,11 @@ TLANE_BC16 = False
 # 1 or 2) and an even number of channels a B / C group. 2026-12-04, (1, 1536, 4096), mode 2: fp32
 # 0.110 ms (one channel 0.142, the split 0.106), bf16 0.1305 (0.114, 0.0985); off with the kernel
 TLANE_CH2 = False
+# the time-lane forward as one program a (channel, tile), the tiles chained by a look-back
+# (``triton_fwd_tchain``, Note [selective scan forward time-lane chain]); with FWD_TIME_LANES.
+# Off: 2026-12-04, (1, 1536, 4096) bf16 0.166 ms with 16-bit rows (the split 0.098), and 0.104
+# even without its chain (the Note)
+TLANE_CHAIN = False
 # extra launch options of the time-lane kernel (e.g. {"maxnreg": 128}), for the benchmark
 TLANE_OPTIONS: dict[str, int] = {}
 
@@ -584,7 +589,7 @@ def plan_knobs() -> tuple:
     tc = triton_common
     return (
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
-        TLANE_WARPS, TLANE_BC16, TLANE_CH2, tuple(TLANE_OPTIONS.items()),
+        TLANE_WARPS, TLANE_BC16, TLANE_CH2, TLANE_CHAIN, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS,
@@ -653,6 +658,24 @@ def _launch_tlane(
     xchg = None  # two warps' maps, per channel (``triton_fwd_tlane._warp_maps``)
     if TLANE_WARPS == 2:
         xchg = torch.empty((batch, dim, 2, 2, 2, 16), dtype=torch.float32, device=u.device)
+    if TLANE_CHAIN:  # Note [selective scan forward time-lane chain]
+        T = cdiv(L, triton_fwd_tlane.TILE)
+        flags = torch.zeros((batch, dim, T), dtype=torch.int32, device=u.device)
+        maps = torch.empty((batch, dim, T, 2, 16), dtype=torch.float32, device=u.device)
+        ends = torch.empty((batch, dim, T, 16), dtype=torch.float32, device=u.device)
+        launcher(triton_fwd_tchain._selective_scan_fwd_tchain_kernel, triton_fwd_tlane.check_tlane_layout())[
+            (dim, batch, T)
+        ](
+            u.contiguous(), delta.contiguous(), A if a_raw else prep_A(A, 16), Bt, Ct,
+            as_f32(D) if D is not None else None, z.contiguous() if z is not None else None,
+            as_f32(delta_bias) if delta_bias is not None else None, init, out, checkpoints,
+            last_state, flags, maps, ends, dim, L, LP, G, checkpoints.shape[2], T,
+            SOFTPLUS=delta_softplus, NP=16, CK=CHECKPOINT_LEN, HAS_D=D is not None,
+            HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
+            HAS_INIT=initial_state is not None, A_RAW=a_raw, BC16=bc16, num_warps=1,
+            **TLANE_OPTIONS,
+        )  # fmt: skip
+        return
     if TLANE_CH2 and TLANE_WARPS == 1 and TLANE_BC_MODE in (1, 2) and (dim // G) % 2 == 0:
         launcher(triton_fwd_tlane._selective_scan_fwd_tlane2_kernel, triton_fwd_tlane.check_tlane_layout())[
             (dim // 2, batch)
@@ -679,6 +702,16 @@ def _launch_tlane(
         PREFETCH_L1=not is_wrap_triton_enabled(), BC_MODE=TLANE_BC_MODE, W=TLANE_WARPS, BC16=bc16,
         num_warps=TLANE_WARPS, **TLANE_OPTIONS,
     )  # fmt: skip
+
+
+def _ch2_real(consts: dict, dim: int, block_d: int, batch: int, nseg: int, KL: int) -> tuple:
+    """(launcher, grid, constexprs) of the real pass with two channels a thread."""
+    drop = ("Y_SCATTER", "AHEAD", "BC_ROLL")
+    real = launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))
+    grid = (cdiv(dim, 2 * block_d), batch, nseg)
+    extra = {k: v for k, v in consts.items() if k not in drop}
+    extra.update({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {})
+    return real, grid, extra
 
 
 def launch(
@@ -913,11 +946,7 @@ def _launch(
     if lane:
         last["last"] = last_state if direct else None
     if ch2:  # Note [selective scan forward two channels a thread]
-        drop = ("Y_SCATTER", "AHEAD", "BC_ROLL")
-        real = launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))
-        grid = (cdiv(dim, 2 * block_d), batch, nseg)
-        extra = {k: v for k, v in consts.items() if k not in drop}
-        extra.update({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {})
+        real, grid, extra = _ch2_real(consts, dim, block_d, batch, nseg, KL)
     else:
         real = kernel
         grid = (nblk, batch, nseg)

@@ -40,7 +40,9 @@ graphs, ms, split -> time lanes): (1, 1536, 4096, 16) bf16 0.117 -> 0.160, fp32 
 (0.44 vs 0.64 warp instructions and 1.1 vs 2.25 exponentials per (state, step) in the sm_90
 SASS) but has a warp per channel (1024-1536 warps) against the split's 3072-8192 and a serial
 chain per tile (8 steps, 3 scan steps, 8 steps): latency, not issue, bounds it there. Combining
-it with the segment split (more warps, the local pass as the maps' scan) is the untried step.
+it with the segment split (more warps) was tried in 2026-12-04 as a program a (channel, tile)
+chained by a look-back (Note [selective scan forward time-lane chain], ``triton_fwd_tchain``):
+1.7x the split's time, 1.06x even without its chain.
 
 Nsight Compute (2026-12-02, (1, 1536, 4096) bf16, ``--clock-control none``): 43.9M instructions
 against the split's 62.2M (local 23.8M + real 38.4M), but 11.6 warps per multiprocessor
