@@ -405,8 +405,9 @@ def test_triton_interpreter_lane_local_pass(split_backward):
 def test_triton_interpreter_many_segments(mode, chunks, monkeypatch):
     """Nine 16-step checkpoint chunks (L = 141: eight whole and a partial one), batch 2, in nine
     segments (or three of three chunks): the forward's local pass runs for all but the last
-    segment and each real-pass segment folds those before it, four loads at a time
-    (``fold_segments``, a padded last group). The backward's local pass runs in the lane states
+    segment (in ``LANE_LOCAL_FINE`` times as many, shorter ones) and each real-pass segment folds
+    those before it, several loads at a time (``fold_segments``, ``_fold_pair``: a padded last
+    group). The backward's local pass runs in the lane states
     kernel, one program per segment walking its chunks (``STATES_ADJ``; "local-kernel": its own
     kernel, which skips segment 0, and the states kernel one program per chunk); its main kernel
     folds the segments to its right (``CARRY``, no carry kernel) or, beyond
@@ -449,11 +450,13 @@ def test_triton_interpreter_many_segments(mode, chunks, monkeypatch):
     assert [g[2] for g in grids["_selective_scan_bwd_lane_kernel"]] == [nseg]
     # the forward's local pass, then its real pass (two channels a thread: ``LANE_CH2``)
     local = [g[2] for g in grids["_selective_scan_fwd_lane_kernel"]]
+    fine = triton_fwd.LANE_LOCAL_FINE
+    fold = fine if (18 // nseg) % fine == 0 else 1  # 18 tiles of 8 steps, segments of 2 or 6
     if triton_fwd.LANE_CH2:
-        assert local[:1] == [nseg - 1]
+        assert local[:1] == [(nseg - 1) * fold]
         assert [g[2] for g in grids["_selective_scan_fwd_lane2_kernel"]][:1] == [nseg]
     else:
-        assert local[:2] == [nseg - 1, nseg]
+        assert local[:2] == [(nseg - 1) * fold, nseg]
 
 
 def _failing_layout_check(monkeypatch, failing: str) -> list[str]:
@@ -740,14 +743,18 @@ def test_triton_gpu_forward_lane_options(
 @pytest.mark.triton
 @_INTERP
 @pytest.mark.parametrize("ch2", [0, 1])
+@pytest.mark.parametrize("fine,group", [(1, 0), (2, 0), (3, 0), (2, 8), (1, 3)])
 @pytest.mark.parametrize("want,nseg", [(5, 5), (7, 6)])
-def test_triton_interpreter_forward_segments_of_tiles(want, nseg, ch2, monkeypatch):
+def test_triton_interpreter_forward_segments_of_tiles(want, nseg, fine, group, ch2, monkeypatch):
     """``triton_fwd.LANE_SEGMENTS``: the split lane forward in segments of whole tiles, not
     checkpoint chunks (16 steps here): at L = 141 (18 tiles of 8) 5 segments of 4 tiles or 6 of
     3, so that segment boundaries fall inside chunks (t = 24, 72, ..) and the checkpoints there
     come from the segment holding them. Outputs, checkpoints (through the backward), last state
     and gradients against float64, and the forward's grids; with the one- and the two-channel
-    real pass (``LANE_CH2``)."""
+    real pass (``LANE_CH2``), and with the local pass in 2 or 3 times as many segments
+    (``LANE_LOCAL_FINE``, where that divides a segment's tiles: 4 and 3 here), and the
+    two-channel real pass folding 8 or 3 segments at a time for both halves
+    (``LANE_FOLD_GROUP``)."""
     from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
 
     for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
@@ -755,13 +762,16 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, ch2, monkeypat
     monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
     monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
     monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_LOCAL_FINE", fine)
+    monkeypatch.setattr(triton_fwd, "LANE_FOLD_GROUP", group)
+    fold = fine if (18 // nseg + (18 % nseg > 0)) % fine == 0 else 1  # tiles a segment: 4, 3
     real_pass = "_selective_scan_fwd_lane2_kernel" if ch2 else "_selective_scan_fwd_lane_kernel"
     grids: list[tuple] = []
     _record_launches(monkeypatch, triton_fwd, lambda name, grid, kw: grids.append((name, *grid)))
     _run_case(1, 3, 141, 16, None, True, True, True, torch.float32, True)
-    # the local pass (nseg - 1 segments), then the real pass
+    # the local pass (nseg - 1 segments, fold times as many), then the real pass
     assert [(g[0], g[3]) for g in grids][:2] == [
-        ("_selective_scan_fwd_lane_kernel", nseg - 1),
+        ("_selective_scan_fwd_lane_kernel", (nseg - 1) * fold),
         (real_pass, nseg),
     ]
 

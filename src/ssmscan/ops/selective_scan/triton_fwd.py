@@ -418,6 +418,25 @@ LANE_SEGMENTS = -1
 # library's default loads): 0 off, 1 on (H200, 2026-12-03: forward 2-20% faster at the batch-1
 # and (16, 1536, 1024) rows, the same at (8, 4096, 2048), where ``ch2_fills`` keeps it off)
 LANE_CH2 = 1
+# local segments per real segment where the forward splits L into segments of whole tiles (the
+# kernels' ``FOLD``; where it divides a segment's tiles, else 1): the local pass runs that many
+# times as many, shorter segments (those of the last real segment not at all), the real pass
+# folds as many more states. The segments are planned for the real pass's waves, which leaves
+# the local pass (64 registers, twice the programs a multiprocessor) short of its own: at (1,
+# 1536, 4096) 1440 programs, 0.68 of a wave, 25% achieved occupancy (Nsight Compute). H200,
+# 2026-12-04, CUDA graphs, forward ms (``device_twentysixth4.sh`` / ``5``), 1 / 2 / 4: (1, 1536,
+# 4096) bf16 0.0982 / 0.0956 / 0.0997, fp32 0.1056 / 0.1057 / 0.1095; with the fold 8 segments
+# at a time (LANE_FOLD_GROUP) 2: bf16 0.0987 -> 0.0938, fp32 0.1063 -> 0.1047 (local pass 39.6
+# -> 34.8 us at 38% occupancy, real pass 54.6 -> 53.8 us); (1, 1024, 65536) bf16 0.865 -> 0.841,
+# fp32 0.955 -> 0.939 (the fold's share); (16, 1536, 1024), (8, 4096, 2048): unchanged
+LANE_LOCAL_FINE = 2
+# the two-channel real pass's fold: segments whose states it loads at a time for both halves
+# (its ``FOLD_GROUP``, ``triton_fwd_lane2._fold_pair``); 0: each half by ``fold_segments``, four
+# at a time, one half after the other. Twice the local segments made that fold the real pass's
+# longest wait (54.6 -> 57.5 us at (1, 1536, 4096) bf16); loaded 8 at a time for both halves:
+# 53.8. H200, 2026-12-04, forward ms with LANE_LOCAL_FINE 2, groups 0 / 4 / 8 / 16: bf16 0.0962
+# / 0.0946 / 0.0938 / 0.1062, fp32 0.1065 / 0.1058 / 0.1047 / 0.1297 (16: the loads' registers)
+LANE_FOLD_GROUP = 8
 # its register cap (0: none), and the registers its segments are planned for (``fill_waves``:
 # sm_90 compiles it to 159-161, 6 two-warp programs a multiprocessor)
 LANE_CH2_REGS = 0
@@ -592,7 +611,7 @@ def plan_knobs() -> tuple:
         TLANE_WARPS, TLANE_BC16, TLANE_CH2, TLANE_CHAIN, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
-        LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS,
+        LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS, LANE_LOCAL_FINE, LANE_FOLD_GROUP,
         LANE_CH2_WAVE_REGS, LANE_BC16, LANE_CH2_WAVE_REGS16,
         LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
@@ -711,6 +730,7 @@ def _ch2_real(consts: dict, dim: int, block_d: int, batch: int, nseg: int, KL: i
     grid = (cdiv(dim, 2 * block_d), batch, nseg)
     extra = {k: v for k, v in consts.items() if k not in drop}
     extra.update({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {})
+    extra.update({"FOLD_GROUP": LANE_FOLD_GROUP} if LANE_FOLD_GROUP else {})
     return real, grid, extra
 
 
@@ -905,12 +925,16 @@ def _launch(
     # what the real pass reads of the local pass: the lane kernel carries the segment states
     # itself (one launch fewer), the 2-D one reads the carry pass's checkpoints
     carried: dict[str, torch.Tensor | None] = {"seg_state": None, "seg_dt": None}
+    # local segments per real one (LANE_LOCAL_FINE): segments of whole tiles that divide
+    fold = LANE_LOCAL_FINE if seg_t and LANE_LOCAL_FINE > 1 and seg % LANE_LOCAL_FINE == 0 else 1
+    if fold > 1:
+        consts["FOLD"] = fold
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
-        seg_state = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
-        seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
+        seg_state = torch.empty((batch, nseg * fold, dim, NP), dtype=f32, device=dev)
+        seg_dt = torch.empty((batch, nseg * fold, dim), dtype=f32, device=dev)
         # the lane kernel's local pass skips the last segment (nothing reads its end state)
-        kernel[(nblk, batch, nseg - 1 if lane else nseg)](
+        kernel[(nblk, batch, (nseg - 1) * fold if lane else nseg)](
             **args,
             seg_state=seg_state,
             seg_dt=seg_dt,
@@ -920,7 +944,7 @@ def _launch(
             N=N,
             G=G,
             NCK=NCK,
-            SEG=seg,
+            SEG=seg // fold,
             LOCAL=True,
             **consts,
             **({"UNROLL": FWD_UNROLL[1]} if lane else {}),

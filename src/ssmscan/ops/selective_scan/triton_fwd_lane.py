@@ -575,6 +575,10 @@ def _selective_scan_fwd_lane_kernel(
     # Bt / Ct rows in 16 bits (Note [selective scan forward 16-bit rows]): 1 bf16 pairs as int32
     # words, 2 fp16; 0 fp32
     BC16: tl.constexpr = 0,
+    # local segments per real one (``triton_fwd.LANE_LOCAL_FINE``): the local pass runs FOLD
+    # times as many segments, FOLD times shorter (those of the last real segment not at all),
+    # and the real pass folds FOLD local states per earlier real segment
+    FOLD: tl.constexpr = 1,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -587,7 +591,9 @@ def _selective_scan_fwd_lane_kernel(
     i_s = tl.program_id(2)
     NSEG = tl.num_programs(2)
     if LOCAL:  # no program for the last segment: no later one reads its end state
-        NSEG += 1
+        NSEG = (NSEG // FOLD + 1) * FOLD
+    else:
+        NSEG = NSEG * FOLD  # the local segments' buffer
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     o_k = tl.arange(0, KL)
@@ -636,7 +642,8 @@ def _selective_scan_fwd_lane_kernel(
         else:
             h = tl.zeros(S3, dtype=tl.float32)
         if SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
-            h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s, 1, dim, o_d, m_d)
+            h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s * FOLD, 1, dim, o_d,
+                              m_d)  # fmt: skip
     # the next tile's inputs load while this one computes (B / C padded for it); with AHEAD = 2
     # u, delta, z two tiles ahead (a register or two each: ptxas issues the next tile's loads
     # late in the iteration)

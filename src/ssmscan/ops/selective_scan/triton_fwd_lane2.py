@@ -55,6 +55,38 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
 
 
 @triton.jit
+def _fold_pair(h0, h1, seg_state, seg_dt, b_A0, b_A1, i_b, NSEG, count, dim, o_d0, o_d1, m_d0,
+               m_d1, GROUP: tl.constexpr):  # fmt: skip
+    """Both halves' states folded over the first ``count`` segments, as ``fold_segments`` does
+    each (h = exp2(A2 sum dt_s) h + S_s), with both halves' loads of GROUP segments issued
+    before their steps: one load latency per GROUP segments for the two halves, not two per
+    four."""
+    NP: tl.constexpr = h0.shape[1] * h0.shape[2]
+    o_dn0 = o_d0[:, None] * NP + tl.arange(0, NP)[None, :]
+    o_dn1 = o_d1[:, None] * NP + tl.arange(0, NP)[None, :]
+    for q in range(0, tl.cdiv(count, GROUP)):
+        l0 = ()
+        l1 = ()
+        t0 = ()
+        t1 = ()
+        for r in tl.static_range(GROUP):
+            j = q * GROUP + r
+            ok = j < count
+            p_loc = seg_state + (i_b * NSEG + j) * (dim * NP)
+            p_dt = seg_dt + (i_b * NSEG + j) * dim
+            m0 = m_d0[:, None] & ok
+            m1 = m_d1[:, None] & ok
+            l0 = l0 + (tl.reshape(tl.load(p_loc + o_dn0, mask=m0, other=0.0), h0.shape),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            l1 = l1 + (tl.reshape(tl.load(p_loc + o_dn1, mask=m1, other=0.0), h1.shape),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            t0 = t0 + (tl.load(p_dt + o_d0, mask=m_d0 & ok, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+            t1 = t1 + (tl.load(p_dt + o_d1, mask=m_d1 & ok, other=0.0),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        for r in tl.static_range(GROUP):
+            h0 = tl.exp2(t0[r][:, None, None] * b_A0) * h0 + l0[r]
+            h1 = tl.exp2(t1[r][:, None, None] * b_A1) * h1 + l1[r]
+    return h0, h1
+
+
+@triton.jit
 def _elem_prep(ins, b_bias, m, SOFTPLUS: tl.constexpr, HAS_BIAS: tl.constexpr):
     """(u, dt, dt * u, z) of a half's tile as loaded (``_lane_elem_loads``): dt = softplus(delta
     + bias), zero where ``m`` is off (decay 1, no input)."""
@@ -194,6 +226,9 @@ def _selective_scan_fwd_lane2_kernel(
     BCAST_TILE: tl.constexpr = False,
     SEG_T: tl.constexpr = False,
     BC16: tl.constexpr = 0,  # the lane kernel's: 16-bit Bt / Ct rows
+    FOLD: tl.constexpr = 1,  # the lane kernel's: local segments per real one
+    # segments whose states the fold loads at a time, for both halves (``_fold_pair``)
+    FOLD_GROUP: tl.constexpr = 0,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -202,7 +237,7 @@ def _selective_scan_fwd_lane2_kernel(
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
-    NSEG = tl.num_programs(2)
+    NSEG = tl.num_programs(2) * FOLD  # the local segments' buffer
     o_d0 = i_d * (2 * BLOCK_D) + tl.arange(0, BLOCK_D)
     o_d1 = o_d0 + BLOCK_D
     m_d0 = o_d0 < dim
@@ -234,8 +269,13 @@ def _selective_scan_fwd_lane2_kernel(
         t_beg = 0
         t_end = L
     if SPLIT:  # the fold of the earlier segments (Note [selective scan segments])
-        h0 = fold_segments(h0, seg_state, seg_dt, b_A0, i_b, NSEG, 0, i_s, 1, dim, o_d0, m_d0)
-        h1 = fold_segments(h1, seg_state, seg_dt, b_A1, i_b, NSEG, 0, i_s, 1, dim, o_d1, m_d1)
+        nf = i_s * FOLD
+        if FOLD_GROUP > 0:
+            h0, h1 = _fold_pair(h0, h1, seg_state, seg_dt, b_A0, b_A1, i_b, NSEG, nf, dim, o_d0,
+                                o_d1, m_d0, m_d1, FOLD_GROUP)  # fmt: skip
+        else:
+            h0 = fold_segments(h0, seg_state, seg_dt, b_A0, i_b, NSEG, 0, nf, 1, dim, o_d0, m_d0)
+            h1 = fold_segments(h1, seg_state, seg_dt, b_A1, i_b, NSEG, 0, nf, 1, dim, o_d1, m_d1)
     e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_beg, t_end, KL, TPL, HAS_Z, False)
     e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_beg, t_end, KL, TPL, HAS_Z, False)
     nB, nC = _lane_bc_loads(u, p_B, p_C, t_beg, RW, KL, TPL, False)
