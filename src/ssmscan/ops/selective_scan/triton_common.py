@@ -65,6 +65,16 @@ folds (the forward's real pass, and the lane backward's main kernel up to
 graphs: (1, 1536, 4096, 16) bf16 forward+backward 0.482 -> 0.475 ms, (1, 1024, 65536, 16) bf16
 forward 1.082 -> 1.066; ``benchmarks/RESULTS.md``).
 
+Where the forward splits L into segments of whole tiles, the local pass runs
+``triton_fwd.LANE_LOCAL_FINE`` (2) times as many, shorter segments as the real pass (the kernels'
+``FOLD``; real segment s then folds the 2 s local segments before it): the segments are planned
+for the real pass's waves (161 registers, 6 two-warp programs a multiprocessor), which left the
+local pass (64 registers, 16) at 0.68 of a wave. The two-channel real pass folds both halves 8
+segments at a time (``triton_fwd_lane2._fold_pair``, ``triton_fwd.LANE_FOLD_GROUP``), so that the
+longer fold costs no more load latency than the shorter one did. H200, 2026-12-04, (1, 1536,
+4096) bf16 forward under CUDA graphs 0.0987 -> 0.0938 ms (local pass 39.6 -> 34.8 us, real pass
+54.6 -> 53.8 us); ``benchmarks/RESULTS.md``, twenty-sixth session.
+
 The lane backward's local pass runs inside the states kernel
 (``triton_fwd_lane._selective_scan_bwd_lane_states_kernel`` with ``ADJ``, ``triton_bwd.STATES_ADJ``):
 one program per segment walks its chunks forward from the first checkpoint, writing the
