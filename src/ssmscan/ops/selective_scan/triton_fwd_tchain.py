@@ -52,16 +52,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _softplus
-from ssmscan.ops.selective_scan.triton_fwd_lane import _lane_bcast, _slot, _y_scatter
 from ssmscan.ops.selective_scan.triton_fwd_tlane import (
-    _row_f32,
     _rows_last,
     _rows_up,
     _tlane_bc_rows,
     _tlane_loads,
-    _tlane_scan,
-    _tlane_skip_gate,
+    _tlane_maps,
+    _tlane_steps,
 )
 
 
@@ -185,30 +182,8 @@ def _selective_scan_fwd_tchain_kernel(
         h_in = tl.zeros(S3, dtype=tl.float32)
 
     # 1. decays and inputs, each time lane's map, their scan: the tile's map in every row
-    b_u = b_u.to(tl.float32)
-    b_dt = b_x.to(tl.float32) + b_bias
-    if SOFTPLUS:
-        b_dt = _softplus(b_dt)
-    b_dt = tl.where(t0 + o_j < L, b_dt, 0.0)  # padded steps: decay 1, input 0
-    b_du = b_dt * b_u
-    As = ()
-    Bs = ()
-    P = h_in
-    Q = h_in
-    for j in tl.static_range(TPT):
-        b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        a = tl.exp2(b_dtj * b_A2)
-        b = b_duj * _row_f32(rBs[j], SPT)
-        As = As + (a,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        Bs = Bs + (b,)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-        if j == 0:
-            P = a
-            Q = b
-        else:
-            Q = a * Q + b
-            P = a * P
-    P, Q = _tlane_scan(P, Q, o_r3, o_i3)
+    b_u, As, Bs, P, Q = _tlane_maps(b_u, b_x, b_A2, b_bias, rBs, t0, L, o_j, o_k, o_r3, SOFTPLUS,
+                                    TL, KL, TPL, SPT)  # fmt: skip
     tP = _rows_last(P, o_k3, o_r3, TL)
     tQ = _rows_last(Q, o_k3, o_r3, TL)
 
@@ -238,12 +213,7 @@ def _selective_scan_fwd_tchain_kernel(
     # 3. each time lane from the state before it, again through its steps
     E = P * h0 + Q
     g = tl.where(o_i3 == 0, h0, _rows_up(E, 1, o_r3))
-    ys = ()
-    for j in tl.static_range(TPT):
-        g = As[j] * g + Bs[j]
-        ys = ys + (tl.sum(g * _row_f32(rCs[j], SPT), axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    b_y = _y_scatter(ys, o_k2)  # (R, KL, TPL): step 8 r + 2 k + s
-    b_y = _tlane_skip_gate(b_y, b_u, b_z, b_D, HAS_D, HAS_Z)
+    b_y = _tlane_steps(g, As, Bs, rCs, b_u, b_z, b_D, o_k2, SPT, HAS_D, HAS_Z)
     m = (t0 + o_t) < L
     tl.store(out + row + t0 + o_t, tl.reshape(b_y, (R, TPT)).to(out.dtype.element_ty), mask=m)
     p_ck = ckpt + ch * (NCK * NP) + o_in

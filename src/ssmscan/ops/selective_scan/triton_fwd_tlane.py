@@ -452,15 +452,13 @@ def _selective_scan_fwd_tlane_kernel(
 
 
 @triton.jit
-def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, o_k2, o_k3, o_r3,
-                SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+def _tlane_maps(b_u, b_x, b_A2, b_bias, rBs, t0, L, o_j, o_k, o_r3, SOFTPLUS: tl.constexpr,
                 TL: tl.constexpr, KL: tl.constexpr, TPL: tl.constexpr, SPT: tl.constexpr):  # fmt: skip
-    """One channel's tile from state h (one warp, ``W`` = 1): steps 1-4 of Note [selective scan
-    forward time lanes] with the tile's B / C rows given (``rBs`` / ``rCs``, as loaded);
-    returns (the state after the tile, the tile's y (TL, KL, TPL) before its store). The
-    two-channel kernel calls it once per channel with the same rows."""
+    """Steps 1-2 of Note [selective scan forward time lanes] for one channel's tile (one warp):
+    (u in fp32, the steps' decays As and inputs Bs (tuples of (TL, KL, SPT)), the time lanes'
+    maps h -> P h + Q scanned over the time lanes) from the tile's u / delta as loaded and its B
+    rows (``rBs``, as loaded)."""
     TPT: tl.constexpr = KL * TPL
-    o_i3 = o_r3 % TL
     b_u = b_u.to(tl.float32)
     b_dt = b_x.to(tl.float32) + b_bias
     if SOFTPLUS:
@@ -469,8 +467,8 @@ def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, 
     b_du = b_dt * b_u
     As = ()
     Bs = ()
-    P = h
-    Q = h
+    P = b_A2
+    Q = b_A2
     for j in tl.static_range(TPT):
         b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
         b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
@@ -484,17 +482,38 @@ def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, 
         else:
             Q = a * Q + b
             P = a * P
-    P, Q = _tlane_scan(P, Q, o_r3, o_i3)
-    E = P * h + Q
-    g = tl.where(o_i3 == 0, h, _rows_up(E, 1, o_r3))
-    h = _rows_last(E, o_k3, o_r3, TL)
+    P, Q = _tlane_scan(P, Q, o_r3, o_r3 % TL)
+    return b_u, As, Bs, P, Q
+
+
+@triton.jit
+def _tlane_steps(g, As, Bs, rCs, b_u, b_z, b_D, o_k2, SPT: tl.constexpr, HAS_D: tl.constexpr,
+                 HAS_Z: tl.constexpr):  # fmt: skip
+    """Step 3 of Note [selective scan forward time lanes]: each time lane through its steps from
+    g, the state before it, with the kept decays / inputs and the C rows (as loaded); the
+    tile's y (TL, KL, TPL) with the skip and gate, before its store."""
     ys = ()
-    for j in tl.static_range(TPT):
+    for j in tl.static_range(len(As)):
         g = As[j] * g + Bs[j]
         ys = ys + (tl.sum(g * _row_f32(rCs[j], SPT), axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    b_y = _y_scatter(ys, o_k2)
-    b_y = _tlane_skip_gate(b_y, b_u, b_z, b_D, HAS_D, HAS_Z)
-    return h, b_y
+    b_y = _y_scatter(ys, o_k2)  # (TL, KL, TPL): step 8 r + 2 k + s
+    return _tlane_skip_gate(b_y, b_u, b_z, b_D, HAS_D, HAS_Z)
+
+
+@triton.jit
+def _tlane_tile(h, b_u, b_x, b_z, b_A2, b_D, b_bias, rBs, rCs, t0, L, o_j, o_k, o_k2, o_k3, o_r3,
+                SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                TL: tl.constexpr, KL: tl.constexpr, TPL: tl.constexpr, SPT: tl.constexpr):  # fmt: skip
+    """One channel's tile from state h (one warp, ``W`` = 1): steps 1-4 of Note [selective scan
+    forward time lanes] with the tile's B / C rows given (``rBs`` / ``rCs``, as loaded);
+    returns (the state after the tile, the tile's y (TL, KL, TPL) before its store). The
+    two-channel kernel calls it once per channel with the same rows."""
+    b_u, As, Bs, P, Q = _tlane_maps(b_u, b_x, b_A2, b_bias, rBs, t0, L, o_j, o_k, o_r3, SOFTPLUS,
+                                    TL, KL, TPL, SPT)  # fmt: skip
+    E = P * h + Q
+    g = tl.where(o_r3 % TL == 0, h, _rows_up(E, 1, o_r3))
+    h = _rows_last(E, o_k3, o_r3, TL)
+    return h, _tlane_steps(g, As, Bs, rCs, b_u, b_z, b_D, o_k2, SPT, HAS_D, HAS_Z)
 
 
 @triton.jit
