@@ -1,8 +1,9 @@
 """AOTInductor check on GPU: a module calling ``ssmscan::selective_scan_fwd`` is exported, packaged
 with ``aoti_compile_and_package``, loaded in a fresh process and compared with eager.
 
-    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py build DIR [bf16]
-    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py load DIR [bf16]  (fresh process)
+    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py build DIR [bf16|fp32 [B D L]]
+    PYTHONPATH=src python benchmarks/selective_scan/aoti_check.py load DIR [bf16|fp32 [B D L]]
+    (load: in a fresh process; B D L the shape, default 2 64 300)
 
 On the lent H200 machine Inductor's C++ compiler (``CXX``: /opt/gcc/bin/g++) builds the package's
 wrapper with its own copy of the C++ runtime's locale / regex code while the process has the
@@ -48,12 +49,13 @@ def inputs(dim=64, L=300, N=16, batch=2, dtype=torch.float32):
 
 def main():
     mode, path = sys.argv[1], sys.argv[2]
-    dtype = torch.bfloat16 if sys.argv[3:] == ["bf16"] else torch.float32
+    dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
+    batch, dim, L = (int(x) for x in sys.argv[4:7]) if len(sys.argv) > 4 else (2, 64, 300)
     import ssmscan  # noqa: F401
 
     torch.manual_seed(0)
-    model = ScanBlock(64, 16).cuda()
-    args = inputs(dtype=dtype)
+    model = ScanBlock(dim, 16).cuda()
+    args = inputs(dim=dim, L=L, batch=batch, dtype=dtype)
     if mode == "build":
         with torch.no_grad():
             ref = model(*args)

@@ -223,8 +223,10 @@ def states_values(
     return v, warps
 
 
-def sass_of(kernel, values: dict, warps: int, dump: str | None, tag: str) -> tuple[dict, str]:
-    k = compile_sm90(kernel, values, warps)
+def sass_of(
+    kernel, values: dict, warps: int, dump: str | None, tag: str, maxnreg: int | None = None
+) -> tuple[dict, str]:
+    k = compile_sm90(kernel, values, warps, maxnreg=maxnreg)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
@@ -324,6 +326,7 @@ def main() -> None:
         default=[],
         help="extra constexprs of the main kernel, NAME=INT (e.g. PREFETCH=0 for --variant lane)",
     )
+    ap.add_argument("--maxnreg", type=int, default=None, help="a register cap (launch option)")
     a = ap.parse_args()
     a.const = {k: int(x) for k, x in (c.split("=") for c in a.const)}
     triton_fwd.FWD_VARIANT = a.fwd_variant  # also the split backward's states kernel
@@ -344,7 +347,7 @@ def main() -> None:
                     # its signature: no unroll / loads options, segments of tiles where split
                     if v["SPLIT"]:  # SEG in tiles, as the launcher sets it (not checkpoint chunks)
                         v["SEG"] = triton.cdiv(triton.cdiv(shape[2], v["TT"]), nseg)
-                    for k in ("UNROLL", "Y_SCATTER", "AHEAD", "BC_ROLL", "LOCAL", "TT"):
+                    for k in ("UNROLL", "Y_SCATTER", "BC_ROLL", "LOCAL", "TT"):
                         v.pop(k, None)
                     v["SEG_T"] = v["SPLIT"]
                     kernel = triton_fwd_lane2._selective_scan_fwd_lane2_kernel
@@ -354,7 +357,7 @@ def main() -> None:
                     kernel = triton_fwd._selective_scan_fwd_lane_kernel
                 else:
                     kernel = triton_fwd._selective_scan_fwd_kernel
-                meta, sass = sass_of(kernel, v, warps, a.dump, tag)
+                meta, sass = sass_of(kernel, v, warps, a.dump, tag, a.maxnreg)
                 instrs = parse(sass)
                 loop = main_loop(instrs)
                 print(

@@ -17,20 +17,23 @@ SM90 = GPUTarget("cuda", 90, 32)
 
 
 def compile_sm90(
-    kernel: Any, values: dict[str, Any], num_warps: int, unaligned: Collection[str] = ()
+    kernel: Any,
+    values: dict[str, Any],
+    num_warps: int,
+    unaligned: Collection[str] = (),
+    maxnreg: int | None = None,
 ) -> Any:
     """``triton.compile`` of ``kernel`` for sm_90 with one value per parameter (extra keys are
     ignored): a str is a pointer of that Triton type ("*fp32"), 16-byte aligned unless its name
     is in ``unaligned``; None (an absent tensor), a bool, or any value of a constexpr parameter,
     a constexpr; an int equal to 1 the constant Triton makes of it; other ints i32, marked
     divisible by 16 when they are.
-    A constexpr parameter with a default may be left out (its default, as the JIT does).
+    A parameter with a default may be left out (its default, as the JIT does).
+    ``maxnreg``: a register cap (the launch option).
     Returns the compiled kernel (``.asm["ttgir"]``, ``["cubin"]``, ``.metadata``)."""
     sig, const, attrs = {}, {}, {}
     defaults = {
-        p.name: p.default
-        for p in kernel.params
-        if p.is_constexpr and p.default is not inspect.Parameter.empty
+        p.name: p.default for p in kernel.params if p.default is not inspect.Parameter.empty
     }
     for i, name in enumerate(kernel.arg_names):
         v = values[name] if name in values or name not in defaults else defaults[name]
@@ -49,4 +52,7 @@ def compile_sm90(
             if v % 16 == 0:  # ... and marks one divisible by 16
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
-    return triton.compile(src, target=SM90, options={"num_warps": num_warps})
+    options: dict[str, int] = {"num_warps": num_warps}
+    if maxnreg:  # a register cap, as the launch option
+        options["maxnreg"] = maxnreg
+    return triton.compile(src, target=SM90, options=options)

@@ -101,7 +101,8 @@ def compile_lane(
     return compile_sm90(kernel, values, warps, unaligned)
 
 
-# (dtype, NP, L, aligned tensors, LOCAL (the states kernel: ADJ), G[, the kernel: KERNELS])
+# (dtype, NP, L, aligned tensors, LOCAL (the states kernel: ADJ), G[, the kernel: KERNELS[,
+# constexprs]])
 CONFIGS = [
     ("fp32", 16, 2048, True, True, 1, "states"),
     ("bf16", 16, 1000, False, True, 1, "states"),
@@ -123,6 +124,13 @@ CONFIGS = [
     ("fp32", 16, 2048, True, False, 1, "fwd2"),
     ("bf16", 16, 2047, False, False, 1, "fwd2"),
     ("bf16", 16, 4096, True, False, 2, "fwd2"),
+    # the loop without masks, 32-bit row offsets (``triton_fwd.LANE_EVEN`` / ``LANE_I32``)
+    ("bf16", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, I32=True, AHEAD=2)),
+    ("fp32", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, I32=True, AHEAD=2)),
+    ("bf16", 16, 4096, True, True, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2, SEG_T=True)),
+    ("fp16", 16, 2048, True, False, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2)),
+    # local segments of their own length (``triton_fwd.LANE_LOCAL_TILES``)
+    ("bf16", 16, 4096, True, True, 1, "fwd", dict(SNAP=True, SEG_T=True, SEG2=32)),
 ]
 
 
@@ -197,7 +205,7 @@ def main() -> int:
     impure: list[str] = []  # the traced kernels' non-pure inline asm (a traced launch's kernels)
     for cfg in CONFIGS:
         KL, _ = triton_fwd_lane.lane_geometry(cfg[1])
-        compiled = compile_lane(*cfg)
+        compiled = compile_lane(*cfg[:7], **(cfg[7] if len(cfg) > 7 else {}))
         impure += impure_asm(compiled.asm["ttir"])
         # the forward's butterflies too (``_y_scatter``: 16 states), as its launcher checks
         fwd = len(cfg) < 7 or cfg[6] in ("fwd", "fwd2")

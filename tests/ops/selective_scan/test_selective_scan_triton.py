@@ -776,6 +776,88 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, fine, group, c
     ]
 
 
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("i32", [True, False], ids=["i32", "i64"])
+@pytest.mark.parametrize(
+    "batch,dim,L,want,ch2,mode,even",
+    [
+        (1, 32, 136, 5, 1, 2, True),  # split, segments of whole tiles, two-channel real pass
+        (1, 32, 136, 5, 0, 2, True),  # ... the one-channel real pass
+        (1, 32, 136, 5, 1, 1, False),  # the library's mode: not where L is split
+        (2, 32, 64, 0, 1, 1, True),  # unsplit (want 0: no segments at all)
+        (1, 24, 136, 5, 1, 2, False),  # channels: 24 is no multiple of a program's
+        (1, 32, 133, 5, 1, 2, False),  # steps: a partial last tile
+    ],
+)
+def test_triton_interpreter_forward_even(batch, dim, L, want, ch2, mode, even, i32, monkeypatch):
+    """``triton_fwd.LANE_EVEN`` / ``LANE_I32`` / ``LANE_EVEN_AHEAD``: where every tile is whole
+    (L % 8 == 0) and every program's channels exist, the lane forward's loop runs without masks
+    (u, delta, z two tiles ahead, clamped to the segment's last tile), with 32-bit row offsets or
+    not; elsewhere, and where L is split in the library's mode, it keeps its masks. Outputs,
+    checkpoints (through the backward), last state and gradients against float64, and the
+    constexprs every forward launch got."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_common, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_I32", i32)
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN", mode)
+    if not want:
+        monkeypatch.setattr(triton_common, "SPLIT_BELOW_WARPS", 0)
+    seen: list[tuple] = []
+
+    def record(name, grid, kw):
+        if "fwd_lane" in name:
+            seen.append((name, kw.get("EVEN", False), kw.get("I32", False), kw.get("AHEAD")))
+
+    _record_launches(monkeypatch, triton_fwd, record)
+    _run_case(batch, dim, L, 16, None, True, True, True, torch.float32, True)
+    assert seen, seen
+    for _, e, i, ahead in seen:
+        assert (e, i, ahead) == ((True, i32, 2) if even else (False, False, 1)), seen
+    assert len(seen) == (1 if not want else 2)  # (unsplit: the real pass alone)
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("ch2", [0, 1])
+@pytest.mark.parametrize("lt,group", [(2, 8), (3, 0), (1, 3)])
+@pytest.mark.parametrize("want,nseg", [(5, 5), (7, 6)])
+def test_triton_interpreter_forward_local_tiles(want, nseg, lt, group, ch2, monkeypatch):
+    """``triton_fwd.LANE_LOCAL_TILES``: the split lane forward's local pass in segments of its
+    own length (the kernels' ``SNAP``), whose boundaries need not fall on the real segments'. At
+    L = 141 (18 tiles of 8) the real segments are 4 tiles (5) or 3 (6); local segments of 1, 2
+    or 3 tiles hold a real start inside, at their end or none, and the last local one ends at the
+    last real
+    start; a local segment as long as a real one or longer is not taken (3 tiles against 3:
+    the plain local pass). Outputs, checkpoints (through the backward), last state and gradients
+    against float64, and the grids (local segments over the tiles before the last real
+    segment)."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_LOCAL_TILES", lt)
+    monkeypatch.setattr(triton_fwd, "LANE_FOLD_GROUP", group)
+    seg = 18 // nseg + (18 % nseg > 0)
+    real_pass = "_selective_scan_fwd_lane2_kernel" if ch2 else "_selective_scan_fwd_lane_kernel"
+    grids: list[tuple] = []
+    _record_launches(monkeypatch, triton_fwd, lambda name, grid, kw: grids.append((name, *grid)))
+    _run_case(1, 3, 141, 16, None, True, True, True, torch.float32, True)
+    nloc = -(-(nseg - 1) * seg // lt) if lt < seg else nseg - 1
+    assert [(g[0], g[3]) for g in grids][:2] == [
+        ("_selective_scan_fwd_lane_kernel", nloc),
+        (real_pass, nseg),
+    ]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -787,6 +869,52 @@ def test_triton_gpu_forward_segments_of_tiles(batch, dim, L, N, groups, dtype, w
     from ssmscan.ops.selective_scan import triton_fwd
 
     monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert triton_fwd.FWD_VARIANT == "lane"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "batch,dim,L,N,groups",
+    [(1, 64, 4096, 16, None), (1, 96, 2048, 16, 3), (2, 128, 1024, 16, None), (3, 64, 8, 16, 2)],
+)
+def test_triton_gpu_forward_even(batch, dim, L, N, groups, dtype, monkeypatch):
+    """The lane forward without masks (``triton_fwd.LANE_EVEN``, 32-bit offsets ``LANE_I32``)
+    where every tile is whole and every program's channels exist, split or not (mode 2): outputs,
+    checkpoints and gradients against float64, and every forward launch took it."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN", 2)
+    seen: list[tuple] = []
+
+    def record(name, grid, kw):
+        if "fwd_lane" in name:
+            seen.append((name, grid, kw.get("EVEN", False), kw.get("I32", False)))
+
+    _record_launches(monkeypatch, triton_fwd, record)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    assert seen and all(e and i for *_, e, i in seen), seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("lt", [3, 7])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [c for c in GPU_CASES if c.id in _UNROLLED_CASES])
+def test_triton_gpu_forward_local_tiles(batch, dim, L, N, groups, dtype, lt, monkeypatch):
+    """``triton_fwd.LANE_LOCAL_TILES`` on the GPU: the local pass in segments of 3 or 7 tiles
+    against real segments of a third of L (snapshots where real segments start inside local
+    ones): outputs, checkpoints and gradients against float64."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", 3)
+    monkeypatch.setattr(triton_fwd, "LANE_LOCAL_TILES", lt)
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)

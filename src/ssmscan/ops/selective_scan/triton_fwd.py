@@ -437,6 +437,33 @@ LANE_LOCAL_FINE = 2
 # 53.8. H200, 2026-12-04, forward ms with LANE_LOCAL_FINE 2, groups 0 / 4 / 8 / 16: bf16 0.0962
 # / 0.0946 / 0.0938 / 0.1062, fp32 0.1065 / 0.1058 / 0.1047 / 0.1297 (16: the loads' registers)
 LANE_FOLD_GROUP = 8
+# local segments of their own length, this many tiles (0: off), instead of LANE_LOCAL_FINE per
+# real segment: their boundaries need not be the real segments' (the kernels' ``SNAP``, Note
+# [selective scan segments]). Meant to fill the local pass's waves exactly (22 tiles: 2112
+# programs at (1, 1536, 4096), one wave at 64 registers); its snapshot costs registers (80: 12
+# programs a multiprocessor, not 16) and every length was slower. H200, 2026-12-04, CUDA graphs,
+# forward ms (``device_twentyseventh1.sh``), library / 16 / 20 / 22 / 24 / 26 / 28 / 30 tiles:
+# bf16 0.0931 / 0.0953 / 0.0951 / 0.0946 / 0.0971 / 0.0963 / 0.0981 / 0.0954, fp32 0.1038 /
+# 0.1054 / 0.107 / 0.1075 / 0.1094 / 0.1109 / 0.1119 / 0.1049 (local pass 34.3 us against 36.3
+# at 22 tiles); with the local pass capped at 72 registers (LANE_LOCAL_MAXNREG, 0: none), 22 /
+# 26 tiles: bf16 0.0968 / 0.0952
+LANE_LOCAL_TILES = 0
+LANE_LOCAL_MAXNREG = 0
+# the lane forward's loop without masks where every tile is whole and every program's channels
+# exist (the kernels' ``EVEN``: L % TT == 0, dim a multiple of a program's channels), with 32-bit
+# row offsets where batch * dim * L < 2^31 (``I32``; LANE_I32) and u, delta, z loaded
+# LANE_EVEN_AHEAD tiles ahead (the kernels' ``AHEAD``; B / C rows one): without masks ptxas sinks
+# the next tile's loads to the end of the loop. 0 never, 1 where L is not split, 2 everywhere.
+# sm_90 SASS at (1, 1536, 4096) bf16: 38.1 -> 36.5 instructions a channel-step in the real pass,
+# 28.2 -> 27.0 a step in the local one. Faster unsplit, slower split, though: H200, 2026-12-04,
+# CUDA graphs, forward ms (``device_twentyseventh2.sh`` / ``3.sh``), masks / none, loads one tile
+# ahead / none, two ahead: (1, 1536, 4096) bf16 0.0932 / 0.0999 / 0.0979 (local pass 34.3 / 38.5
+# / 36.6 us, real pass 52.2 / 54.6 / 54.3), fp32 0.1045 / 0.1047 / 0.1063; (1, 1024, 65536) bf16
+# 0.842 / 0.882 / 0.874; (8, 4096, 2048) bf16 0.534 / 0.541 / 0.502, fp32 0.617 / 0.610 / 0.610;
+# (16, 1536, 1024) bf16 0.208 / 0.204 / 0.204. Hence 1
+LANE_EVEN = 1
+LANE_I32 = True
+LANE_EVEN_AHEAD = 2
 # its register cap (0: none), and the registers its segments are planned for (``fill_waves``:
 # sm_90 compiles it to 159-161, 6 two-warp programs a multiprocessor)
 LANE_CH2_REGS = 0
@@ -612,6 +639,8 @@ def plan_knobs() -> tuple:
         CHECKPOINT_LEN,
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS, LANE_LOCAL_FINE, LANE_FOLD_GROUP,
+        LANE_LOCAL_TILES, LANE_LOCAL_MAXNREG,
+        LANE_EVEN, LANE_I32, LANE_EVEN_AHEAD,
         LANE_CH2_WAVE_REGS, LANE_BC16, LANE_CH2_WAVE_REGS16,
         LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
@@ -725,12 +754,14 @@ def _launch_tlane(
 
 def _ch2_real(consts: dict, dim: int, block_d: int, batch: int, nseg: int, KL: int) -> tuple:
     """(launcher, grid, constexprs) of the real pass with two channels a thread."""
-    drop = ("Y_SCATTER", "AHEAD", "BC_ROLL")
+    drop = ("Y_SCATTER", "BC_ROLL")
     real = launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))
     grid = (cdiv(dim, 2 * block_d), batch, nseg)
     extra = {k: v for k, v in consts.items() if k not in drop}
     extra.update({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {})
     extra.update({"FOLD_GROUP": LANE_FOLD_GROUP} if LANE_FOLD_GROUP else {})
+    if extra.get("EVEN") and dim % (2 * block_d):  # a program's channels: 2 BLOCK_D
+        extra.update(EVEN=False, AHEAD=1, I32=False)
     return real, grid, extra
 
 
@@ -914,6 +945,12 @@ def _launch(
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=LANE_Y_SCATTER,
                       AHEAD=LANE_AHEAD, BC_ROLL=roll, BCAST_TILE=bcast_tile(u.dtype),
                       SEG_T=seg_t)  # fmt: skip
+        even_ok = roll and LANE_AHEAD == 1 and not LANE_OPTIONS and L % TT == 0
+        if even_ok and (LANE_EVEN == 2 or (LANE_EVEN == 1 and nseg == 1)):
+            if dim % block_d == 0:
+                consts.update(EVEN=True, AHEAD=LANE_EVEN_AHEAD)
+                if LANE_I32 and batch * dim * L < 2**31:
+                    consts["I32"] = True
         if rows16 is not None:
             consts["BC16"] = 1 if rows16 == torch.bfloat16 else 2
         consts.update(LANE_OPTIONS)
@@ -927,14 +964,22 @@ def _launch(
     carried: dict[str, torch.Tensor | None] = {"seg_state": None, "seg_dt": None}
     # local segments per real one (LANE_LOCAL_FINE): segments of whole tiles that divide
     fold = LANE_LOCAL_FINE if seg_t and LANE_LOCAL_FINE > 1 and seg % LANE_LOCAL_FINE == 0 else 1
+    # ... or local segments of their own length (LANE_LOCAL_TILES), shorter than a real segment
+    # (the kernel's one snapshot a local segment): lt tiles, nloc of them
+    lt = LANE_LOCAL_TILES if seg_t and nseg > 1 and LANE_LOCAL_TILES < seg else 0
+    nloc = cdiv((nseg - 1) * seg, lt) if lt else (nseg - 1) * fold
+    if lt:
+        fold = 1
+        consts["SNAP"] = True
     if fold > 1:
         consts["FOLD"] = fold
     if nseg > 1:
         # Note [selective scan segments]: local pass, carry pass, then the real pass below
-        seg_state = torch.empty((batch, nseg * fold, dim, NP), dtype=f32, device=dev)
-        seg_dt = torch.empty((batch, nseg * fold, dim), dtype=f32, device=dev)
+        nrec = nloc + nseg if lt else nseg * fold
+        seg_state = torch.empty((batch, nrec, dim, NP), dtype=f32, device=dev)
+        seg_dt = torch.empty((batch, nrec, dim), dtype=f32, device=dev)
         # the lane kernel's local pass skips the last segment (nothing reads its end state)
-        kernel[(nblk, batch, (nseg - 1) * fold if lane else nseg)](
+        kernel[(nblk, batch, nloc if lane else nseg)](
             **args,
             seg_state=seg_state,
             seg_dt=seg_dt,
@@ -944,9 +989,11 @@ def _launch(
             N=N,
             G=G,
             NCK=NCK,
-            SEG=seg // fold,
+            SEG=lt or seg // fold,
+            **({"SEG2": seg} if lane else {}),
             LOCAL=True,
             **consts,
+            **({"maxnreg": LANE_LOCAL_MAXNREG} if lane and LANE_LOCAL_MAXNREG else {}),
             **({"UNROLL": FWD_UNROLL[1]} if lane else {}),
         )
         if lane:
@@ -977,6 +1024,7 @@ def _launch(
         extra = {"LOCAL": False, **consts}
         extra.update(split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {})
         extra.update({"UNROLL": FWD_UNROLL[0]} if lane else {})
+    extra.update({"SEG2": lt} if lane else {})
     real[grid](**args, **carried, **last, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg, **extra)
     if not direct:
         checkpoints.copy_(ckt[..., :N])

@@ -314,13 +314,17 @@ def _lane_loads(
 @triton.jit
 def _lane_elem_loads(u, delta, z, row, m_d, t0, t_end, KL: tl.constexpr, TPL: tl.constexpr,
                      HAS_Z: tl.constexpr, LOCAL: tl.constexpr):  # fmt: skip
-    """``_lane_loads``' u, delta, z (u when there is none or LOCAL), (BLOCK_D, KL, TPL)."""
+    """``_lane_loads``' u, delta, z (u when there is none or LOCAL), (BLOCK_D, KL, TPL); t_end
+    None: no step mask (``EVEN``)."""
     TT: tl.constexpr = KL * TPL
     T3: tl.constexpr = (row.shape[0], KL, TPL)
     # loads as (BLOCK_D, TT), reshaped: the layout Triton gives them puts a row's TT steps on KL
     # consecutive lanes (3-D offsets get the channels on the lanes instead)
     o_tt = t0 + tl.arange(0, TT)
-    m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+    if t_end is None:
+        m2 = m_d[:, None]
+    else:
+        m2 = m_d[:, None] & (o_tt < t_end)[None, :]
     p = row[:, None] + o_tt[None, :]  # (BLOCK_D, TT)
     b_u = tl.reshape(tl.load(u + p, mask=m2, other=0.0), T3)
     b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3)
@@ -431,12 +435,13 @@ def _fwd_tile_lane(
     b_u, b_dt, b_z, Bs, Cs = ins
     b_u = b_u.to(tl.float32)
     b_dt = b_dt.to(tl.float32)
-    m = m_d[:, None, None] & (t0 + o_j < t_end)
     if HAS_BIAS:
         b_dt += b_bias[:, None, None]
     if SOFTPLUS:
         b_dt = _softplus(b_dt)
-    b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
+    if t_end is not None:  # (None: ``EVEN``, no padded steps)
+        m = m_d[:, None, None] & (t0 + o_j < t_end)
+        b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
     if LOCAL:
         if DT_DEFER:
             dt_sum += b_dt
@@ -486,7 +491,10 @@ def _fwd_tile_lane(
             b_y *= b_z * _sigmoid(b_z)
         o_tt = t0 + tl.arange(0, TT)
         p = row[:, None] + o_tt[None, :]
-        m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+        if t_end is None:
+            m2 = m_d[:, None]
+        else:
+            m2 = m_d[:, None] & (o_tt < t_end)[None, :]
         tl.store(out + p, tl.reshape(b_y, (BLOCK_D, TT)).to(out.dtype.element_ty), mask=m2)
     return h, dt_sum, nBs, nCs  # the next tile's B / C rows with ROLL, else ()
 
@@ -517,6 +525,28 @@ def fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, s0, count, DIR: tl.cons
         for r in tl.static_range(4):
             h = tl.exp2(sdts[r][:, None, None] * b_A2) * h + locs[r]
     return h
+
+
+@triton.jit
+def fold_one(h, seg_state, seg_dt, b_A2, i_b, NSEG, s, ok, dim, o_d, m_d):
+    """h folded over record s of the segments' buffers (``fold_segments``' step) where ``ok``,
+    else h exactly (the loads give zeros: exp2(0) h + 0)."""
+    NP: tl.constexpr = h.shape[1] * h.shape[2]
+    o_dn = o_d[:, None] * NP + tl.arange(0, NP)[None, :]
+    p_loc = seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn
+    loc = tl.reshape(tl.load(p_loc, mask=m_d[:, None] & ok, other=0.0), h.shape)
+    sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d & ok, other=0.0)
+    return tl.exp2(sdt[:, None, None] * b_A2) * h + loc
+
+
+@triton.jit
+def store_record(h, dt_sum, seg_state, seg_dt, i_b, NSEG, s, dim, o_d, m_d):
+    """A local pass's (state, sum of dt) as record s of the segments' buffers."""
+    NP: tl.constexpr = h.shape[1] * h.shape[2]
+    o_dn = o_d[:, None] * NP + tl.arange(0, NP)[None, :]
+    p_seg = seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn
+    tl.store(p_seg, tl.reshape(h, (h.shape[0], NP)), mask=m_d[:, None])
+    tl.store(seg_dt + (i_b * NSEG + s) * dim + o_d, dt_sum, mask=m_d)
 
 
 @triton.jit
@@ -579,6 +609,17 @@ def _selective_scan_fwd_lane_kernel(
     # times as many segments, FOLD times shorter (those of the last real segment not at all),
     # and the real pass folds FOLD local states per earlier real segment
     FOLD: tl.constexpr = 1,
+    # local segments of their own length (``triton_fwd.LANE_LOCAL_TILES``; Note [selective scan
+    # segments]): the local pass's SEG is its tiles and SEG2 the real segments' (SEG < SEG2), the
+    # real pass's SEG2 the local segments' tiles; a local segment that a real one starts inside
+    # (or at its end) also writes its state there (record NLOC + that real segment), which the
+    # real segment folds last
+    SNAP: tl.constexpr = False,
+    SEG2=0,
+    # every tile whole (L % TT == 0) and every program's channels there (dim % BLOCK_D == 0): the
+    # loop's loads, stores and dt without masks, the next tile's loads clamped to the segment
+    EVEN: tl.constexpr = False,
+    I32: tl.constexpr = False,  # batch * dim * L < 2^31: 32-bit offsets of the rows
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -586,16 +627,29 @@ def _selective_scan_fwd_lane_kernel(
     tl.static_assert(
         BC16 == 0 or not (BC_SMEM or PF_BC > 0), "16-bit rows: not with BC_SMEM / PF_BC"
     )
+    tl.static_assert(not SNAP or (SEG_T and FOLD == 1 and not DT_DEFER), "SNAP: SEG_T, no FOLD")
+    tl.static_assert(not EVEN or (BC_ROLL and not (BC_SMEM or BC_JIT)), "EVEN: the default loads")
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
     NSEG = tl.num_programs(2)
-    if LOCAL:  # no program for the last segment: no later one reads its end state
+    if SNAP:  # the records: NLOC local segments' end states, then one per real segment
+        if LOCAL:
+            n_real = tl.cdiv(tl.cdiv(L, TT), SEG2)
+            NLOC = NSEG
+        else:
+            n_real = NSEG
+            NLOC = tl.cdiv((NSEG - 1) * SEG, SEG2)
+        NSEG = NLOC + n_real
+    elif LOCAL:  # no program for the last segment: no later one reads its end state
         NSEG = (NSEG // FOLD + 1) * FOLD
     else:
         NSEG = NSEG * FOLD  # the local segments' buffer
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    m_d = o_d < dim
+    if EVEN:  # a constant mask: the loads' and stores' masks fold away
+        m_d = tl.full((BLOCK_D,), 1, tl.int1)
+    else:
+        m_d = o_d < dim
     o_k = tl.arange(0, KL)
     o_n = tl.arange(0, NP)
     # a tile's step k * TPL + s (1, KL, TPL)
@@ -612,7 +666,10 @@ def _selective_scan_fwd_lane_kernel(
     b_D = tl.load(Dv + o_d, mask=m_d, other=0.0) if HAS_D else None
     b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
 
-    row = (i_b * dim + o_d.to(tl.int64)) * L  # (BLOCK_D,) int64 offsets of the rows
+    if I32:
+        row = (tl.program_id(1) * dim + o_d) * L  # (BLOCK_D,) offsets of the rows
+    else:
+        row = (i_b * dim + o_d.to(tl.int64)) * L
     grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
     bc = (i_b * G + grp) * LP * RW  # B_t / C_t of this program's group: broadcast loads
     p_B = Bt + bc + tl.arange(0, RW)  # (RW,)
@@ -621,7 +678,14 @@ def _selective_scan_fwd_lane_kernel(
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
 
     NC = NCK - 1  # chunks
-    if SPLIT and SEG_T:  # segments of SEG tiles (checkpoints where t0 % CK == 0, as ever)
+    if SNAP and LOCAL:  # up to the last real segment's start, snapshots at real starts
+        RS = SEG2 * TT  # a real segment's steps
+        t_beg = i_s * (SEG * TT)
+        t_end = tl.minimum(t_beg + SEG * TT, (n_real - 1) * RS)
+        snap = (t_beg // RS + 1) * RS  # the first real segment start after t_beg
+        h_snap = tl.zeros(S3, dtype=tl.float32)
+        dt_snap = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    elif SPLIT and SEG_T:  # segments of SEG tiles (checkpoints where t0 % CK == 0, as ever)
         t_beg = i_s * (SEG * TT)
         t_end = tl.minimum(t_beg + SEG * TT, L)
     elif SPLIT:
@@ -641,7 +705,12 @@ def _selective_scan_fwd_lane_kernel(
             h = tl.reshape(tl.load(init + i_b * dim * NP + o_dn, mask=m_dn, other=0.0), S3)
         else:
             h = tl.zeros(S3, dtype=tl.float32)
-        if SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
+        if SNAP and SPLIT:  # the local segments before this one's start, then its snapshot
+            h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, (i_s * SEG) // SEG2, 1,
+                              dim, o_d, m_d)  # fmt: skip
+            h = fold_one(h, seg_state, seg_dt, b_A2, i_b, NSEG, NLOC + i_s,
+                         (i_s * SEG) % SEG2 != 0, dim, o_d, m_d)  # fmt: skip
+        elif SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
             h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s * FOLD, 1, dim, o_d,
                               m_d)  # fmt: skip
     # the next tile's inputs load while this one computes (B / C padded for it); with AHEAD = 2
@@ -651,12 +720,20 @@ def _selective_scan_fwd_lane_kernel(
         nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
         nB = _bc_block(Bt, bc, t_beg, NP, TT)
         nC = nB if LOCAL else _bc_block(Ct, bc, t_beg, NP, TT)
+    if EVEN:  # the masks' end: none (whole tiles)
+        t_m = None
+    else:
+        t_m = t_end
     if BC_JIT:
         nxt = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
     else:
-        nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, RW, KL, TPL, HAS_Z, LOCAL)
+        nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_m, RW, KL, TPL, HAS_Z, LOCAL)
     if AHEAD == 2:
-        nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg + TT, t_end, KL, TPL, HAS_Z, LOCAL)
+        if EVEN:
+            nxe = _lane_elem_loads(u, delta, z, row, m_d, tl.minimum(t_beg + TT, t_end - TT),
+                                   None, KL, TPL, HAS_Z, LOCAL)  # fmt: skip
+        else:
+            nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg + TT, t_end, KL, TPL, HAS_Z, LOCAL)
     if PF_BC > 0 and _PTX:  # the 128-byte lines of a tile's B (and C) rows, one a thread
         NL: tl.constexpr = TT * NP // 32
         if LOCAL:
@@ -669,6 +746,9 @@ def _selective_scan_fwd_lane_kernel(
         if not LOCAL:
             if t0 % CK == 0:
                 tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
+        elif SNAP:  # the state where a real segment starts (a select: no branch, no store)
+            h_snap = tl.where(t0 == snap, h, h_snap)
+            dt_snap = tl.where(t0 == snap, dt_sum, dt_snap)
         if PF_BC > 0 and _PTX:
             _prefetch_l1(q_pf + tl.minimum(t0 + PF_BC * TT, LP - TT) * NP)
         if PF_ELEM > 0 and _PTX:  # once per 128-byte line of u's rows (every tile: PF_EVERY)
@@ -689,9 +769,17 @@ def _selective_scan_fwd_lane_kernel(
             ins = (e_u, e_x, e_z, rB, rB if LOCAL else _bc_rows(bC, KL, SPT))
         elif BC_ROLL:  # u, delta, z of the next tile here, its B / C rows in the tile
             ins = nxt
-            e_u, e_x, e_z = _lane_elem_loads(
-                u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL
-            )
+            if EVEN:  # (the segment's last tile again after its last: no mask, in bounds)
+                t_nx = tl.minimum(t0 + AHEAD * TT, t_end - TT)
+            else:
+                t_nx = t0 + AHEAD * TT
+            if AHEAD == 2:  # (u, delta, z two tiles ahead, B / C rows one)
+                e_u, e_x, e_z = nxe
+                nxe = _lane_elem_loads(u, delta, z, row, m_d, t_nx, t_m, KL, TPL, HAS_Z, LOCAL)
+            else:
+                e_u, e_x, e_z = _lane_elem_loads(
+                    u, delta, z, row, m_d, t_nx, t_m, KL, TPL, HAS_Z, LOCAL
+                )
         elif BC_JIT:
             e_u, e_x, e_z = nxt
             nxt = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
@@ -709,7 +797,7 @@ def _selective_scan_fwd_lane_kernel(
                 u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, RW, KL, TPL, HAS_Z, LOCAL
             )
         h, dt_sum, n_B, n_C = _fwd_tile_lane(
-            h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS,
+            h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_m, dt_sum, SOFTPLUS,
             KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL and not BC_SMEM,
             p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW, BCAST_TILE,
         )  # fmt: skip
@@ -718,9 +806,13 @@ def _selective_scan_fwd_lane_kernel(
     if LOCAL:
         if DT_DEFER:
             dt_sum = tl.sum(tl.sum(dt_sum, axis=2), axis=1)
-        p_seg = seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn
-        tl.store(p_seg, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
-        tl.store(seg_dt + (i_b * NSEG + i_s) * dim + o_d, dt_sum, mask=m_d)
+        if SNAP:  # the real segment start in (t_beg, t_end] (one at most: SEG < SEG2)
+            if snap <= t_end:
+                h_snap = tl.where(snap == t_end, h, h_snap)
+                dt_snap = tl.where(snap == t_end, dt_sum, dt_snap)
+                store_record(h_snap, dt_snap, seg_state, seg_dt, i_b, NSEG, NLOC + snap // RS, dim,
+                             o_d, m_d)  # fmt: skip
+        store_record(h, dt_sum, seg_state, seg_dt, i_b, NSEG, i_s, dim, o_d, m_d)
     elif t_end == L:  # the last segment
         tl.store(p_ck + NC * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)  # the final entry
         if HAS_LAST:

@@ -50,6 +50,7 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _slot,
     _tile_bcast,
     _y_scatter,
+    fold_one,
     fold_segments,
 )
 
@@ -97,7 +98,8 @@ def _elem_prep(ins, b_bias, m, SOFTPLUS: tl.constexpr, HAS_BIAS: tl.constexpr):
         b_dt += b_bias[:, None, None]
     if SOFTPLUS:
         b_dt = _softplus(b_dt)
-    b_dt = tl.where(m, b_dt, 0.0)
+    if m is not None:  # (None: ``EVEN``)
+        b_dt = tl.where(m, b_dt, 0.0)
     return b_u, b_dt, b_dt * b_u, b_z
 
 
@@ -115,7 +117,10 @@ def _y_out(ys, b_u, b_z, b_D, out, row, m_d, o_k, t0, t_end, KL: tl.constexpr, T
         b_y *= b_z * _sigmoid(b_z)
     o_tt = t0 + tl.arange(0, TT)
     p = row[:, None] + o_tt[None, :]
-    m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+    if t_end is None:  # ``EVEN``
+        m2 = m_d[:, None]
+    else:
+        m2 = m_d[:, None] & (o_tt < t_end)[None, :]
     tl.store(out + p, tl.reshape(b_y, (row.shape[0], TT)).to(out.dtype.element_ty), mask=m2)
 
 
@@ -129,8 +134,12 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
     of the rows Bs / Cs for both), y stored; returns (h0, h1, the next tile's B rows, its C
     rows), row j loaded from q_B / q_C right after step j."""
     TT: tl.constexpr = KL * TPL
-    m0 = m_d0[:, None, None] & (t0 + o_j < t_end)
-    m1 = m_d1[:, None, None] & (t0 + o_j < t_end)
+    if t_end is None:  # ``EVEN``: whole tiles, every channel
+        m0 = None
+        m1 = None
+    else:
+        m0 = m_d0[:, None, None] & (t0 + o_j < t_end)
+        m1 = m_d1[:, None, None] & (t0 + o_j < t_end)
     u0, dt0, du0, z0 = _elem_prep(ins0, b_bias0, m0, SOFTPLUS, HAS_BIAS)
     u1, dt1, du1, z1 = _elem_prep(ins1, b_bias1, m1, SOFTPLUS, HAS_BIAS)
     ONE: tl.constexpr = BCAST_TILE and _PTX
@@ -229,6 +238,11 @@ def _selective_scan_fwd_lane2_kernel(
     FOLD: tl.constexpr = 1,  # the lane kernel's: local segments per real one
     # segments whose states the fold loads at a time, for both halves (``_fold_pair``)
     FOLD_GROUP: tl.constexpr = 0,
+    SNAP: tl.constexpr = False,  # the lane kernel's: local segments of SEG2 tiles
+    SEG2=0,
+    EVEN: tl.constexpr = False,  # the lane kernel's (channels: dim % (2 BLOCK_D) == 0)
+    AHEAD: tl.constexpr = 1,  # tiles ahead that u, delta, z are loaded (1 or 2)
+    I32: tl.constexpr = False,  # the lane kernel's
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -240,8 +254,12 @@ def _selective_scan_fwd_lane2_kernel(
     NSEG = tl.num_programs(2) * FOLD  # the local segments' buffer
     o_d0 = i_d * (2 * BLOCK_D) + tl.arange(0, BLOCK_D)
     o_d1 = o_d0 + BLOCK_D
-    m_d0 = o_d0 < dim
-    m_d1 = o_d1 < dim
+    if EVEN:  # constant masks: they fold away
+        m_d0 = tl.full((BLOCK_D,), 1, tl.int1)
+        m_d1 = tl.full((BLOCK_D,), 1, tl.int1)
+    else:
+        m_d0 = o_d0 < dim
+        m_d1 = o_d1 < dim
     o_k = tl.arange(0, KL)
     o_n = tl.arange(0, NP)
     o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]
@@ -249,8 +267,12 @@ def _selective_scan_fwd_lane2_kernel(
                                           A_RAW, HAS_D, HAS_BIAS, HAS_INIT)  # fmt: skip
     b_A1, b_D1, b_bias1, h1 = _half_setup(A2, Dv, delta_bias, init, o_d1, m_d1, i_b, dim, NP, S3,
                                           A_RAW, HAS_D, HAS_BIAS, HAS_INIT)  # fmt: skip
-    row0 = (i_b * dim + o_d0.to(tl.int64)) * L
-    row1 = (i_b * dim + o_d1.to(tl.int64)) * L
+    if I32:
+        row0 = (tl.program_id(1) * dim + o_d0) * L
+        row1 = (tl.program_id(1) * dim + o_d1) * L
+    else:
+        row0 = (i_b * dim + o_d0.to(tl.int64)) * L
+        row1 = (i_b * dim + o_d1.to(tl.int64)) * L
     grp = (i_d * (2 * BLOCK_D)) // (dim // G)  # a program never straddles two groups
     bc = (i_b * G + grp) * LP * RW
     p_B = Bt + bc + tl.arange(0, RW)
@@ -268,16 +290,34 @@ def _selective_scan_fwd_lane2_kernel(
     else:
         t_beg = 0
         t_end = L
+    if SNAP:  # the local segments' records, then one per real segment
+        NLOC = tl.cdiv((tl.num_programs(2) - 1) * SEG, SEG2)
+        NSEG = NLOC + tl.num_programs(2)
     if SPLIT:  # the fold of the earlier segments (Note [selective scan segments])
-        nf = i_s * FOLD
+        nf = (i_s * SEG) // SEG2 if SNAP else i_s * FOLD
         if FOLD_GROUP > 0:
             h0, h1 = _fold_pair(h0, h1, seg_state, seg_dt, b_A0, b_A1, i_b, NSEG, nf, dim, o_d0,
                                 o_d1, m_d0, m_d1, FOLD_GROUP)  # fmt: skip
         else:
             h0 = fold_segments(h0, seg_state, seg_dt, b_A0, i_b, NSEG, 0, nf, 1, dim, o_d0, m_d0)
             h1 = fold_segments(h1, seg_state, seg_dt, b_A1, i_b, NSEG, 0, nf, 1, dim, o_d1, m_d1)
-    e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_beg, t_end, KL, TPL, HAS_Z, False)
-    e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_beg, t_end, KL, TPL, HAS_Z, False)
+        if SNAP:  # the snapshot where this segment starts inside a local one
+            mid = (i_s * SEG) % SEG2 != 0
+            h0 = fold_one(h0, seg_state, seg_dt, b_A0, i_b, NSEG, NLOC + i_s, mid, dim, o_d0, m_d0)
+            h1 = fold_one(h1, seg_state, seg_dt, b_A1, i_b, NSEG, NLOC + i_s, mid, dim, o_d1, m_d1)
+    if EVEN:  # the masks' end: none (whole tiles)
+        t_m = None
+    else:
+        t_m = t_end
+    e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_beg, t_m, KL, TPL, HAS_Z, False)
+    e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_beg, t_m, KL, TPL, HAS_Z, False)
+    if AHEAD == 2:
+        if EVEN:
+            t_2 = tl.minimum(t_beg + TT, t_end - TT)
+        else:
+            t_2 = t_beg + TT
+        n0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_2, t_m, KL, TPL, HAS_Z, False)
+        n1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_2, t_m, KL, TPL, HAS_Z, False)
     nB, nC = _lane_bc_loads(u, p_B, p_C, t_beg, RW, KL, TPL, False)
     for t0 in tl.range(t_beg, t_end, TT):
         t0 = tl.multiple_of(t0, TT)
@@ -286,11 +326,21 @@ def _selective_scan_fwd_lane2_kernel(
             tl.store(p_ck1 + (t0 // CK) * NP, tl.reshape(h1, (BLOCK_D, NP)), mask=m_dn1)
         i0 = e0
         i1 = e1
-        e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t0 + TT, t_end, KL, TPL, HAS_Z, False)
-        e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t0 + TT, t_end, KL, TPL, HAS_Z, False)
+        if EVEN:  # (the segment's last tile again after its last: no mask, in bounds)
+            t_nx = tl.minimum(t0 + AHEAD * TT, t_end - TT)
+        else:
+            t_nx = t0 + AHEAD * TT
+        if AHEAD == 2:
+            e0 = n0
+            e1 = n1
+            n0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_m, KL, TPL, HAS_Z, False)
+            n1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_m, KL, TPL, HAS_Z, False)
+        else:
+            e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_m, KL, TPL, HAS_Z, False)
+            e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_m, KL, TPL, HAS_Z, False)
         h0, h1, nB, nC = _fwd_tile_lane2(
             h0, h1, i0, i1, nB, nC, b_A0, b_A1, out, b_bias0, b_bias1, b_D0, b_D1, row0, row1,
-            m_d0, m_d1, o_k, o_j, t0, t_end, p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW,
+            m_d0, m_d1, o_k, o_j, t0, t_m, p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW,
             SOFTPLUS, KL, TPL, HAS_D, HAS_Z, HAS_BIAS, BCAST_TILE,
         )  # fmt: skip
     if t_end == L:  # the last segment: the final checkpoint entry (and state)
