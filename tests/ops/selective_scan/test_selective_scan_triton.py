@@ -778,16 +778,16 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, fine, group, c
 
 @pytest.mark.triton
 @_INTERP
-@pytest.mark.parametrize("i32", [True, False], ids=["i32", "i64"])
 @pytest.mark.parametrize(
-    "batch,dim,L,want,ch2,mode,even",
+    "batch,dim,L,want,ch2,mode,even,i32",
     [
-        (1, 32, 136, 5, 1, 2, True),  # split, segments of whole tiles, two-channel real pass
-        (1, 32, 136, 5, 0, 2, True),  # ... the one-channel real pass
-        (1, 32, 136, 5, 1, 1, False),  # the library's mode: not where L is split
-        (2, 32, 64, 0, 1, 1, True),  # unsplit (want 0: no segments at all)
-        (1, 24, 136, 5, 1, 2, False),  # channels: 24 is no multiple of a program's
-        (1, 32, 133, 5, 1, 2, False),  # steps: a partial last tile
+        (1, 32, 72, 4, 1, 2, True, True),  # split, segments of whole tiles, two-channel real pass
+        (1, 32, 72, 4, 1, 2, True, False),  # ... 64-bit offsets
+        (1, 32, 72, 4, 0, 2, True, True),  # ... the one-channel real pass
+        (1, 32, 72, 4, 1, 1, False, True),  # the library's mode: not where L is split
+        (2, 32, 64, 0, 1, 1, True, True),  # unsplit (want 0: no segments at all)
+        (1, 24, 72, 4, 1, 2, False, True),  # channels: 24 is no multiple of a program's
+        (1, 32, 69, 4, 1, 2, False, True),  # steps: a partial last tile
     ],
 )
 def test_triton_interpreter_forward_even(batch, dim, L, want, ch2, mode, even, i32, monkeypatch):
@@ -825,16 +825,14 @@ def test_triton_interpreter_forward_even(batch, dim, L, want, ch2, mode, even, i
 @pytest.mark.triton
 @_INTERP
 @pytest.mark.parametrize("ch2", [0, 1])
-@pytest.mark.parametrize("lt,group", [(2, 8), (3, 0), (1, 3)])
-@pytest.mark.parametrize("want,nseg", [(5, 5), (7, 6)])
+@pytest.mark.parametrize("want,nseg,lt,group", [(5, 5, 3, 0), (7, 6, 2, 8), (7, 6, 3, 3)])
 def test_triton_interpreter_forward_local_tiles(want, nseg, lt, group, ch2, monkeypatch):
     """``triton_fwd.LANE_LOCAL_TILES``: the split lane forward's local pass in segments of its
     own length (the kernels' ``SNAP``), whose boundaries need not fall on the real segments'. At
-    L = 141 (18 tiles of 8) the real segments are 4 tiles (5) or 3 (6); local segments of 1, 2
-    or 3 tiles hold a real start inside, at their end or none, and the last local one ends at the
-    last real
-    start; a local segment as long as a real one or longer is not taken (3 tiles against 3:
-    the plain local pass). Outputs, checkpoints (through the backward), last state and gradients
+    L = 141 (18 tiles of 8) the real segments are 4 tiles (5) or 3 (6); local segments of 3 and 2
+    tiles hold a real start inside, at their end or none, and the last local one ends at the last
+    real start; a local segment as long as a real one is not taken (3 tiles against 3: the plain
+    local pass). Outputs, checkpoints (through the backward), last state and gradients
     against float64, and the grids (local segments over the tiles before the last real
     segment)."""
     from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd

@@ -75,6 +75,16 @@ longer fold costs no more load latency than the shorter one did. H200, 2026-12-0
 4096) bf16 forward under CUDA graphs 0.0987 -> 0.0938 ms (local pass 39.6 -> 34.8 us, real pass
 54.6 -> 53.8 us); ``benchmarks/RESULTS.md``, twenty-sixth session.
 
+The local segments may also have a length of their own (``triton_fwd.LANE_LOCAL_TILES`` tiles,
+shorter than a real segment; the kernels' ``SNAP``, ``SEG2``; off), so that the local pass can
+fill whole waves whatever the real segments are. Then a real segment may start inside a local
+one: that local program also keeps its state and sum of dt where the real segment starts (a
+select per tile, no store in the loop) and writes it after its end state, as record NLOC + s of
+the same buffers. Real segment s folds the local segments that end at or before its start, then
+that record where its start is inside one. Measured slower at every length: the snapshot costs
+the local pass 16 registers (12 programs a multiprocessor, not 16), and one full wave of longer
+local programs took longer than 1.36 waves of the library's (twenty-seventh session).
+
 The lane backward's local pass runs inside the states kernel
 (``triton_fwd_lane._selective_scan_bwd_lane_states_kernel`` with ``ADJ``, ``triton_bwd.STATES_ADJ``):
 one program per segment walks its chunks forward from the first checkpoint, writing the

@@ -60,6 +60,15 @@ at (8, 4096, 2048). H200, 2026-12-02, CUDA graphs, forward ms, per step -> per t
 0.240; (1, 1536, 4096) 0.129 -> 0.125, 0.116 -> 0.112; (1, 1024, 65536) 1.096 -> 1.082, 1.045
 -> 1.045 (capped at 128 registers there: ``triton_fwd.split_cap``).
 
+Where every tile is whole (L % TT == 0) and every program's channels exist, the loop can run
+without masks (``EVEN``, ``triton_fwd.LANE_EVEN``): the channel mask becomes a constant that
+folds away, the step masks and dt's select are dropped, and the next tile's loads are clamped to
+the segment's last tile instead of masked; with 32-bit row offsets (``I32``) and u, delta, z two
+tiles ahead (``AHEAD`` = 2 with the rolled rows). Fewer instructions (sm_90, (1, 1536, 4096)
+bf16: local pass 28.2 -> 26.5 a step), but ptxas schedules the loop differently and the split
+passes ran slower; unsplit it is faster ((8, 4096, 2048) bf16 0.533 -> 0.501 ms), so the
+launcher takes it only where L is not split (``benchmarks/RESULTS.md``, twenty-seventh session).
+
 The shuffle relies on the layout Triton derives for these shapes: dimension 1 (k) on KL
 consecutive lanes, aligned to KL (``threadsPerWarp`` [32 / KL, KL, 1], the contiguous dimension
 last). Loads and stores go through (BLOCK_D, TT) / (BLOCK_D, NP) blocks reshaped to 3-D: with
