@@ -243,6 +243,19 @@ DTYPE_CASES = [
 ]
 
 
+def _tile_segments(monkeypatch, want, ch2):
+    """The lane forward with 16-step checkpoint chunks, in ``want`` segments of whole tiles
+    (``triton_fwd.LANE_SEGMENTS``; 0: as planned), its real pass with two channels a thread or
+    not (``LANE_CH2``)."""
+    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+
+    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
+        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
+    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
+    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+
+
 def _record_launches(monkeypatch, module, record):
     """Wrap ``module.launcher`` (``triton_fwd``'s or ``triton_bwd``'s) so that every kernel
     launch through it first calls ``record(kernel name, grid, launch keyword arguments)``, then
@@ -755,13 +768,9 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, fine, group, c
     (``LANE_LOCAL_FINE``, where that divides a segment's tiles: 4 and 3 here), and the
     two-channel real pass folding 8 or 3 segments at a time for both halves
     (``LANE_FOLD_GROUP``)."""
-    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan import triton_fwd
 
-    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
-        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
-    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
-    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
-    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    _tile_segments(monkeypatch, want, ch2)
     monkeypatch.setattr(triton_fwd, "LANE_LOCAL_FINE", fine)
     monkeypatch.setattr(triton_fwd, "LANE_FOLD_GROUP", group)
     fold = fine if (18 // nseg + (18 % nseg > 0)) % fine == 0 else 1  # tiles a segment: 4, 3
@@ -797,13 +806,9 @@ def test_triton_interpreter_forward_even(batch, dim, L, want, ch2, mode, even, i
     not; elsewhere, and where L is split in the library's mode, it keeps its masks. Outputs,
     checkpoints (through the backward), last state and gradients against float64, and the
     constexprs every forward launch got."""
-    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_common, triton_fwd
+    from ssmscan.ops.selective_scan import triton_common, triton_fwd
 
-    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
-        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
-    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
-    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
-    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    _tile_segments(monkeypatch, want, ch2)
     monkeypatch.setattr(triton_fwd, "LANE_I32", i32)
     monkeypatch.setattr(triton_fwd, "LANE_EVEN", mode)
     if not want:
@@ -835,13 +840,9 @@ def test_triton_interpreter_forward_local_tiles(want, nseg, lt, group, ch2, monk
     local pass). Outputs, checkpoints (through the backward), last state and gradients
     against float64, and the grids (local segments over the tiles before the last real
     segment)."""
-    from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan import triton_fwd
 
-    for mod in (shapes, triton_fwd, triton_bwd, sys.modules[__name__]):
-        monkeypatch.setattr(mod, "CHECKPOINT_LEN", 16)
-    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
-    monkeypatch.setattr(triton_fwd, "LANE_SEGMENTS", want)
-    monkeypatch.setattr(triton_fwd, "LANE_CH2", ch2)
+    _tile_segments(monkeypatch, want, ch2)
     monkeypatch.setattr(triton_fwd, "LANE_LOCAL_TILES", lt)
     monkeypatch.setattr(triton_fwd, "LANE_FOLD_GROUP", group)
     seg = 18 // nseg + (18 % nseg > 0)
