@@ -129,6 +129,9 @@ CONFIGS = [
     ("fp32", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, I32=True, AHEAD=2)),
     ("bf16", 16, 4096, True, True, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2, SEG_T=True)),
     ("fp16", 16, 2048, True, False, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2)),
+    # ... with masks kept on its loads (``triton_fwd.LANE_EVEN_LDM``)
+    ("bf16", 16, 4096, True, True, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2, SEG_T=True, LDM=2)),
+    ("bf16", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, AHEAD=1, LDM=1)),
     # local segments of their own length (``triton_fwd.LANE_LOCAL_TILES``)
     ("bf16", 16, 4096, True, True, 1, "fwd", dict(SNAP=True, SEG_T=True, SEG2=32)),
 ]

@@ -829,6 +829,46 @@ def test_triton_interpreter_forward_even(batch, dim, L, want, ch2, mode, even, i
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize(
+    "batch,L,want,ch2,ldm,real",
+    [
+        (1, 72, 4, 1, 1, (0, 1, 1)),  # split: the local pass's channel masks, the real pass's own
+        (1, 72, 4, 0, 2, None),  # split, one-channel real pass: also the loads' step masks
+        (2, 64, 0, 1, 2, (1, 2, 0)),  # unsplit (the real pass alone, its own settings)
+    ],
+)
+def test_triton_interpreter_forward_even_load_masks(batch, L, want, ch2, ldm, real, monkeypatch):
+    """The unmasked loop with masks kept on its loads (``triton_fwd.LANE_EVEN_LDM``), and the
+    real pass's own ``LANE_REAL_I32`` / ``LANE_REAL_AHEAD`` / ``LANE_REAL_LDM``: outputs,
+    checkpoints (through the backward), last state and gradients against float64, and the
+    constexprs each pass got."""
+    from ssmscan.ops.selective_scan import triton_common, triton_fwd
+
+    _tile_segments(monkeypatch, want, ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN", 2)
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN_LDM", ldm)
+    if real is not None:
+        for name, v in zip(("LANE_REAL_I32", "LANE_REAL_AHEAD", "LANE_REAL_LDM"), real):
+            monkeypatch.setattr(triton_fwd, name, v)
+    if not want:
+        monkeypatch.setattr(triton_common, "SPLIT_BELOW_WARPS", 0)
+    seen: list[tuple] = []
+
+    def record(name, grid, kw):
+        if "fwd_lane" in name:
+            seen.append((bool(kw.get("LOCAL")), kw.get("EVEN"), kw.get("I32"), kw.get("AHEAD"),
+                         kw.get("LDM")))  # fmt: skip
+
+    _record_launches(monkeypatch, triton_fwd, record)
+    _run_case(batch, 32, L, 16, None, True, True, True, torch.float32, True)
+    r_i32, r_ahead, r_ldm = real if real is not None else (1, 2, ldm)
+    assert seen == [(True, True, True, 2, ldm)] * bool(want) + [
+        (False, True, bool(r_i32), r_ahead, r_ldm)
+    ], seen
+
+
+@pytest.mark.triton
+@_INTERP
 @pytest.mark.parametrize("ch2", [0, 1])
 @pytest.mark.parametrize("want,nseg,lt,group", [(5, 5, 3, 0), (7, 6, 2, 8), (7, 6, 3, 3)])
 def test_triton_interpreter_forward_local_tiles(want, nseg, lt, group, ch2, monkeypatch):
@@ -899,6 +939,40 @@ def test_triton_gpu_forward_even(batch, dim, L, N, groups, dtype, monkeypatch):
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
     assert seen and all(e and i for *_, e, i in seen), seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("ldm,real", [(1, None), (2, None), (1, (0, 1, 1)), (2, (0, 2, 0))])
+@pytest.mark.parametrize("batch,dim,L,N,groups", [(1, 96, 2048, 16, 3), (2, 128, 1024, 16, None)])
+def test_triton_gpu_forward_even_load_masks(batch, dim, L, N, groups, ldm, real, dtype,
+                                            monkeypatch):  # fmt: skip
+    """The unmasked loop with masks kept on its loads (``triton_fwd.LANE_EVEN_LDM``: the channel
+    mask, or also the step masks of u, delta, z), split or not, and the real pass with its own
+    32-bit offsets / loads ahead / load masks (``LANE_REAL_*``): outputs, checkpoints and
+    gradients against float64, and the constexprs each pass got."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN", 2)
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN_LDM", ldm)
+    if real is not None:
+        for name, v in zip(("LANE_REAL_I32", "LANE_REAL_AHEAD", "LANE_REAL_LDM"), real):
+            monkeypatch.setattr(triton_fwd, name, v)
+    seen: list[tuple] = []
+
+    def record(name, grid, kw):
+        if "fwd_lane" in name:
+            seen.append((bool(kw.get("LOCAL")), kw.get("EVEN"), kw.get("I32"), kw.get("AHEAD"),
+                         kw.get("LDM")))  # fmt: skip
+
+    _record_launches(monkeypatch, triton_fwd, record)
+    kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
+    outs, grads = _run_launchers(kw, dout, dlast)
+    _check(kw, dout, dlast, outs, grads, dtype)
+    r_i32, r_ahead, r_ldm = real if real is not None else (1, 2, ldm)
+    want = {True: (True, True, True, 2, ldm), False: (False, True, bool(r_i32), r_ahead, r_ldm)}
+    assert seen and all(s == want[s[0]] for s in seen), seen
 
 
 @pytest.mark.gpu

@@ -464,6 +464,25 @@ LANE_LOCAL_MAXNREG = 0
 LANE_EVEN = 1
 LANE_I32 = True
 LANE_EVEN_AHEAD = 2
+# with the unmasked loop, masks kept on its loads (the kernels' ``LDM``): 0 none, 1 the channel
+# mask, 2 also u's, delta's and z's step masks; the steps' arithmetic stays without. Why: Nsight
+# Compute put the split passes' loss without masks in long-scoreboard stalls (local pass 18% ->
+# 39-47% of its samples, real pass 14% -> 23-40%): ptxas moves the unmasked loads of the next
+# tile to the loop's end, where the register rotation waits on them (masked, they stay near the
+# top). Masks on the loads bring them back up in sm_90 SASS (the local pass with LDM, the real
+# pass only with 64-bit offsets), but the split passes stayed slower: H200, 2026-12-04, CUDA
+# graphs, (1, 1536, 4096) bf16 forward ms (``device_twentyeighth3.sh``), masks 0.0931 against
+# 0.0948-0.0965 over 7 settings of LDM / I32 / AHEAD (those below per pass included; real pass
+# 51.9 us against 53.6-55.3, local 34.4 against 34.7-35.4). Unsplit, LDM 1 against 0
+# (``device_twentyeighth4.sh``, 5 rounds): (8, 4096, 2048) bf16 0.491 / 0.501, fp16 0.505 /
+# 0.500, fp32 0.618 / 0.611; (16, 1536, 1024) bf16 0.201 / 0.203, fp16 0.201 / 0.203, fp32
+# 0.224 / 0.224: 1-2% in bf16 only, ptxas's scheduling luck more than a mechanism, so 0
+LANE_EVEN_LDM = 0
+# the real pass's own I32 / AHEAD / LDM where the loop runs without masks (-1: the local pass's;
+# e.g. 64-bit offsets there keep its loads near the loop's top)
+LANE_REAL_I32 = -1
+LANE_REAL_AHEAD = -1
+LANE_REAL_LDM = -1
 # its register cap (0: none), and the registers its segments are planned for (``fill_waves``:
 # sm_90 compiles it to 159-161, 6 two-warp programs a multiprocessor)
 LANE_CH2_REGS = 0
@@ -640,7 +659,8 @@ def plan_knobs() -> tuple:
         tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS, LANE_LOCAL_FINE, LANE_FOLD_GROUP,
         LANE_LOCAL_TILES, LANE_LOCAL_MAXNREG,
-        LANE_EVEN, LANE_I32, LANE_EVEN_AHEAD,
+        LANE_EVEN, LANE_I32, LANE_EVEN_AHEAD, LANE_EVEN_LDM, LANE_REAL_I32, LANE_REAL_AHEAD,
+        LANE_REAL_LDM,
         LANE_CH2_WAVE_REGS, LANE_BC16, LANE_CH2_WAVE_REGS16,
         LANE_SPLIT_REGS, LANE_SPLIT_CAP_WAVES,
         shapes.CHECKPOINT_LEN, tc.TARGET_WARPS, tc.SPLIT_BELOW_WARPS, tc.FWD_TARGET_WARPS,
@@ -761,7 +781,7 @@ def _ch2_real(consts: dict, dim: int, block_d: int, batch: int, nseg: int, KL: i
     extra.update({"maxnreg": LANE_CH2_REGS} if LANE_CH2_REGS else {})
     extra.update({"FOLD_GROUP": LANE_FOLD_GROUP} if LANE_FOLD_GROUP else {})
     if extra.get("EVEN") and dim % (2 * block_d):  # a program's channels: 2 BLOCK_D
-        extra.update(EVEN=False, AHEAD=1, I32=False)
+        extra.update(EVEN=False, AHEAD=1, I32=False, LDM=0)
     return real, grid, extra
 
 
@@ -949,6 +969,8 @@ def _launch(
         if even_ok and (LANE_EVEN == 2 or (LANE_EVEN == 1 and nseg == 1)):
             if dim % block_d == 0:
                 consts.update(EVEN=True, AHEAD=LANE_EVEN_AHEAD)
+                if LANE_EVEN_LDM:
+                    consts["LDM"] = LANE_EVEN_LDM
                 if LANE_I32 and batch * dim * L < 2**31:
                     consts["I32"] = True
         if rows16 is not None:
@@ -1025,6 +1047,13 @@ def _launch(
         extra.update(split_cap(batch * nblk * nseg, warps, u.device) if lane and nseg > 1 else {})
         extra.update({"UNROLL": FWD_UNROLL[0]} if lane else {})
     extra.update({"SEG2": lt} if lane else {})
+    if lane and extra.get("EVEN"):
+        if LANE_REAL_I32 >= 0:
+            extra["I32"] = bool(LANE_REAL_I32) and batch * dim * L < 2**31
+        if LANE_REAL_AHEAD > 0:
+            extra["AHEAD"] = LANE_REAL_AHEAD
+        if LANE_REAL_LDM >= 0:
+            extra["LDM"] = LANE_REAL_LDM
     real[grid](**args, **carried, **last, dim=dim, L=L, N=N, G=G, NCK=NCK, SEG=seg, **extra)
     if not direct:
         checkpoints.copy_(ckt[..., :N])

@@ -68,6 +68,12 @@ tiles ahead (``AHEAD`` = 2 with the rolled rows). Fewer instructions (sm_90, (1,
 bf16: local pass 28.2 -> 26.5 a step), but ptxas schedules the loop differently and the split
 passes ran slower; unsplit it is faster ((8, 4096, 2048) bf16 0.533 -> 0.501 ms), so the
 launcher takes it only where L is not split (``benchmarks/RESULTS.md``, twenty-seventh session).
+Why slower split (Nsight Compute, twenty-eighth session): without masks ptxas moves the next
+tile's element loads to the end of the loop, right before the register rotation that waits on
+them, and long-scoreboard stalls grow from 18% to 39-47% of the local pass's samples (14% to
+23-40% in the real pass). Masks kept on those loads (``LDM``, ``triton_fwd.LANE_EVEN_LDM``) move
+them back up, as do 64-bit offsets in the two-channel real pass, but no combination made either
+split pass faster than the masked loop.
 
 The shuffle relies on the layout Triton derives for these shapes: dimension 1 (k) on KL
 consecutive lanes, aligned to KL (``threadsPerWarp`` [32 / KL, KL, 1], the contiguous dimension
@@ -629,6 +635,9 @@ def _selective_scan_fwd_lane_kernel(
     # loop's loads, stores and dt without masks, the next tile's loads clamped to the segment
     EVEN: tl.constexpr = False,
     I32: tl.constexpr = False,  # batch * dim * L < 2^31: 32-bit offsets of the rows
+    # with EVEN, masks kept on the loop's loads (``triton_fwd.LANE_EVEN_LDM``): 1 the channel
+    # mask, 2 also the step masks of u, delta, z (the steps' arithmetic stays without)
+    LDM: tl.constexpr = 0,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -655,7 +664,7 @@ def _selective_scan_fwd_lane_kernel(
     else:
         NSEG = NSEG * FOLD  # the local segments' buffer
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    if EVEN:  # a constant mask: the loads' and stores' masks fold away
+    if EVEN and LDM == 0:  # a constant mask: the loads' and stores' masks fold away
         m_d = tl.full((BLOCK_D,), 1, tl.int1)
     else:
         m_d = o_d < dim
@@ -733,6 +742,7 @@ def _selective_scan_fwd_lane_kernel(
         t_m = None
     else:
         t_m = t_end
+    t_ml = t_end if LDM == 2 else t_m  # the loop's element loads'
     if BC_JIT:
         nxt = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
     else:
@@ -784,10 +794,10 @@ def _selective_scan_fwd_lane_kernel(
                 t_nx = t0 + AHEAD * TT
             if AHEAD == 2:  # (u, delta, z two tiles ahead, B / C rows one)
                 e_u, e_x, e_z = nxe
-                nxe = _lane_elem_loads(u, delta, z, row, m_d, t_nx, t_m, KL, TPL, HAS_Z, LOCAL)
+                nxe = _lane_elem_loads(u, delta, z, row, m_d, t_nx, t_ml, KL, TPL, HAS_Z, LOCAL)
             else:
                 e_u, e_x, e_z = _lane_elem_loads(
-                    u, delta, z, row, m_d, t_nx, t_m, KL, TPL, HAS_Z, LOCAL
+                    u, delta, z, row, m_d, t_nx, t_ml, KL, TPL, HAS_Z, LOCAL
                 )
         elif BC_JIT:
             e_u, e_x, e_z = nxt

@@ -243,6 +243,7 @@ def _selective_scan_fwd_lane2_kernel(
     EVEN: tl.constexpr = False,  # the lane kernel's (channels: dim % (2 BLOCK_D) == 0)
     AHEAD: tl.constexpr = 1,  # tiles ahead that u, delta, z are loaded (1 or 2)
     I32: tl.constexpr = False,  # the lane kernel's
+    LDM: tl.constexpr = 0,  # the lane kernel's
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -254,7 +255,7 @@ def _selective_scan_fwd_lane2_kernel(
     NSEG = tl.num_programs(2) * FOLD  # the local segments' buffer
     o_d0 = i_d * (2 * BLOCK_D) + tl.arange(0, BLOCK_D)
     o_d1 = o_d0 + BLOCK_D
-    if EVEN:  # constant masks: they fold away
+    if EVEN and LDM == 0:  # constant masks: they fold away
         m_d0 = tl.full((BLOCK_D,), 1, tl.int1)
         m_d1 = tl.full((BLOCK_D,), 1, tl.int1)
     else:
@@ -309,6 +310,7 @@ def _selective_scan_fwd_lane2_kernel(
         t_m = None
     else:
         t_m = t_end
+    t_ml = t_end if LDM == 2 else t_m  # the loop's element loads'
     e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_beg, t_m, KL, TPL, HAS_Z, False)
     e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_beg, t_m, KL, TPL, HAS_Z, False)
     if AHEAD == 2:
@@ -333,11 +335,11 @@ def _selective_scan_fwd_lane2_kernel(
         if AHEAD == 2:
             e0 = n0
             e1 = n1
-            n0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_m, KL, TPL, HAS_Z, False)
-            n1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_m, KL, TPL, HAS_Z, False)
+            n0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_ml, KL, TPL, HAS_Z, False)
+            n1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_ml, KL, TPL, HAS_Z, False)
         else:
-            e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_m, KL, TPL, HAS_Z, False)
-            e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_m, KL, TPL, HAS_Z, False)
+            e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_ml, KL, TPL, HAS_Z, False)
+            e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_ml, KL, TPL, HAS_Z, False)
         h0, h1, nB, nC = _fwd_tile_lane2(
             h0, h1, i0, i1, nB, nC, b_A0, b_A1, out, b_bias0, b_bias1, b_D0, b_D1, row0, row1,
             m_d0, m_d1, o_k, o_j, t0, t_m, p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW,
