@@ -827,6 +827,31 @@ def test_triton_interpreter_forward_even(batch, dim, L, want, ch2, mode, even, i
     assert len(seen) == (1 if not want else 2)  # (unsplit: the real pass alone)
 
 
+def _even_load_masks(monkeypatch, ldm, real):
+    """The unmasked loop everywhere with load masks ``ldm`` (``triton_fwd.LANE_EVEN_LDM``) and the
+    real pass's own (I32, AHEAD, LDM) ``real`` (``LANE_REAL_*``; None: the local pass's); returns
+    the list that each lane-forward launch's (LOCAL, EVEN, I32, AHEAD, LDM) is appended to, and
+    those expected of a local (True) and a real (False) pass."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN", 2)
+    monkeypatch.setattr(triton_fwd, "LANE_EVEN_LDM", ldm)
+    if real is not None:
+        for name, v in zip(("LANE_REAL_I32", "LANE_REAL_AHEAD", "LANE_REAL_LDM"), real):
+            monkeypatch.setattr(triton_fwd, name, v)
+    seen: list[tuple] = []
+
+    def record(name, grid, kw):
+        if "fwd_lane" in name:
+            seen.append((bool(kw.get("LOCAL")), kw.get("EVEN"), kw.get("I32"), kw.get("AHEAD"),
+                         kw.get("LDM")))  # fmt: skip
+
+    _record_launches(monkeypatch, triton_fwd, record)
+    r_i32, r_ahead, r_ldm = real if real is not None else (1, 2, ldm)
+    want = {True: (True, True, True, 2, ldm), False: (False, True, bool(r_i32), r_ahead, r_ldm)}
+    return seen, want
+
+
 @pytest.mark.triton
 @_INTERP
 @pytest.mark.parametrize(
@@ -842,29 +867,14 @@ def test_triton_interpreter_forward_even_load_masks(batch, L, want, ch2, ldm, re
     real pass's own ``LANE_REAL_I32`` / ``LANE_REAL_AHEAD`` / ``LANE_REAL_LDM``: outputs,
     checkpoints (through the backward), last state and gradients against float64, and the
     constexprs each pass got."""
-    from ssmscan.ops.selective_scan import triton_common, triton_fwd
+    from ssmscan.ops.selective_scan import triton_common
 
     _tile_segments(monkeypatch, want, ch2)
-    monkeypatch.setattr(triton_fwd, "LANE_EVEN", 2)
-    monkeypatch.setattr(triton_fwd, "LANE_EVEN_LDM", ldm)
-    if real is not None:
-        for name, v in zip(("LANE_REAL_I32", "LANE_REAL_AHEAD", "LANE_REAL_LDM"), real):
-            monkeypatch.setattr(triton_fwd, name, v)
     if not want:
         monkeypatch.setattr(triton_common, "SPLIT_BELOW_WARPS", 0)
-    seen: list[tuple] = []
-
-    def record(name, grid, kw):
-        if "fwd_lane" in name:
-            seen.append((bool(kw.get("LOCAL")), kw.get("EVEN"), kw.get("I32"), kw.get("AHEAD"),
-                         kw.get("LDM")))  # fmt: skip
-
-    _record_launches(monkeypatch, triton_fwd, record)
+    seen, expected = _even_load_masks(monkeypatch, ldm, real)
     _run_case(batch, 32, L, 16, None, True, True, True, torch.float32, True)
-    r_i32, r_ahead, r_ldm = real if real is not None else (1, 2, ldm)
-    assert seen == [(True, True, True, 2, ldm)] * bool(want) + [
-        (False, True, bool(r_i32), r_ahead, r_ldm)
-    ], seen
+    assert seen == [expected[True]] * bool(want) + [expected[False]], seen
 
 
 @pytest.mark.triton
@@ -952,27 +962,11 @@ def test_triton_gpu_forward_even_load_masks(batch, dim, L, N, groups, ldm, real,
     mask, or also the step masks of u, delta, z), split or not, and the real pass with its own
     32-bit offsets / loads ahead / load masks (``LANE_REAL_*``): outputs, checkpoints and
     gradients against float64, and the constexprs each pass got."""
-    from ssmscan.ops.selective_scan import triton_fwd
-
-    monkeypatch.setattr(triton_fwd, "LANE_EVEN", 2)
-    monkeypatch.setattr(triton_fwd, "LANE_EVEN_LDM", ldm)
-    if real is not None:
-        for name, v in zip(("LANE_REAL_I32", "LANE_REAL_AHEAD", "LANE_REAL_LDM"), real):
-            monkeypatch.setattr(triton_fwd, name, v)
-    seen: list[tuple] = []
-
-    def record(name, grid, kw):
-        if "fwd_lane" in name:
-            seen.append((bool(kw.get("LOCAL")), kw.get("EVEN"), kw.get("I32"), kw.get("AHEAD"),
-                         kw.get("LDM")))  # fmt: skip
-
-    _record_launches(monkeypatch, triton_fwd, record)
+    seen, expected = _even_load_masks(monkeypatch, ldm, real)
     kw, dout, dlast = _inputs(batch, dim, L, N, groups, True, True, True, dtype, "cuda", seed=L)
     outs, grads = _run_launchers(kw, dout, dlast)
     _check(kw, dout, dlast, outs, grads, dtype)
-    r_i32, r_ahead, r_ldm = real if real is not None else (1, 2, ldm)
-    want = {True: (True, True, True, 2, ldm), False: (False, True, bool(r_i32), r_ahead, r_ldm)}
-    assert seen and all(s == want[s[0]] for s in seen), seen
+    assert seen and all(s == expected[s[0]] for s in seen), seen
 
 
 @pytest.mark.gpu
