@@ -34,6 +34,15 @@ the one-channel pass's ((8, 4096, 2048): 1.29 waves) it was 7-8% slower, so an u
 takes it only where its waves fill as well (``triton_fwd.ch2_fills``), and a split one plans its
 segments for its registers (``triton_fwd.fill_waves``). Capped at 128 registers it spills and is
 slower; the two halves updated one after the other saved no registers.
+
+What bounds it now (H200, twenty-ninth session, bf16 (1, 1536, 4096), 51.9 us; probes in
+``benchmarks/selective_scan/experiments/twentyninth_map_overlap.patch``): with its 64 decays a
+tile-thread computed without MUFU but as many instructions it took 48.9 us, without softplus
+and the gate's sigmoid (16% fewer instructions) 47.7 us, with every segment reading hot B / C
+rows 52.0 us. So issue and latency bound it, not the MUFU pipe nor the rows' loads; a
+change to this loop pays about half its share of instructions removed. Its programs of one
+segment placed on one multiprocessor, a ``tanh.approx`` gate and a start in the local pass's
+last wave (programmatic dependent launch and flags) were no faster.
 """
 
 from __future__ import annotations
