@@ -39,10 +39,12 @@ What bounds it now (H200, twenty-ninth session, bf16 (1, 1536, 4096), 51.9 us; p
 ``benchmarks/selective_scan/experiments/twentyninth_map_overlap.patch``): with its 64 decays a
 tile-thread computed without MUFU but as many instructions it took 48.9 us, without softplus
 and the gate's sigmoid (16% fewer instructions) 47.7 us, with every segment reading hot B / C
-rows 52.0 us. So issue and latency bound it, not the MUFU pipe nor the rows' loads; a
-change to this loop pays about half its share of instructions removed. Its programs of one
-segment placed on one multiprocessor, a ``tanh.approx`` gate and a start in the local pass's
-last wave (programmatic dependent launch and flags) were no faster.
+rows 52.0 us. Issue and the MUFU pipe are balanced in the loop (609 instructions a tile-warp;
+76 MUFU, each holding its partition's MUFU 8 cycles: 608) and bound it together: removing one
+without the other buys little, and more warps do not help (its rows 4 steps ahead, 128
+registers, 8 programs a multiprocessor: slower). Its programs of one segment placed on one
+multiprocessor, a ``tanh.approx`` gate and a start in the local pass's last wave
+(programmatic dependent launch and flags) were no faster either.
 """
 
 from __future__ import annotations
