@@ -9,7 +9,8 @@ slice (``bench_gpu.references``) before it is timed.
 A variant is ``;``-separated from the next, its settings ``,``-separated: ``NAME=INT`` for a
 constexpr of ``_selective_scan_fwd_lane_kernel`` (through ``triton_fwd.LANE_OPTIONS``, both
 passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting, ``TLANE.NAME=INT`` for a
-constexpr of the time-lane kernels (through ``triton_fwd.TLANE_OPTIONS``); ``base`` is the
+constexpr of the time-lane kernels (through ``triton_fwd.TLANE_OPTIONS``), ``LOCAL.NAME=INT`` for
+one of the split forward's one-channel local pass alone (``triton_fwd.LANE_LOCAL_OPTIONS``); ``base`` is the
 library's default.
 With ``--mamba`` mamba-ssm's forward (``selective_scan_cuda`` on the path) is timed the same way in
 every round, and each variant's ratio to it printed. With ``--no-check`` a variant that fails the check
@@ -39,7 +40,7 @@ def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
         if not item or item == "base":
             continue
         name, value = item.split("=")
-        if name.startswith(("triton_fwd.", "triton_common.", "TLANE.")):
+        if name.startswith(("triton_fwd.", "triton_common.", "TLANE.", "LOCAL.")):
             mod[name] = int(value)
         else:
             opts[name] = int(value)
@@ -52,20 +53,24 @@ def applied(spec: str):
     ``triton_fwd.LANE_OPTIONS``, module settings); everything restored on exit."""
     opts, mod = parse(spec)
     tlane = {k.split(".")[1]: v for k, v in mod.items() if k.startswith("TLANE.")}
-    mod = {k: v for k, v in mod.items() if not k.startswith("TLANE.")}
+    local = {k.split(".")[1]: v for k, v in mod.items() if k.startswith("LOCAL.")}
+    mod = {k: v for k, v in mod.items() if not k.startswith(("TLANE.", "LOCAL."))}
     targets = {k: (MODULES[k.split(".")[0]], k.split(".")[1]) for k in mod}
     saved_opts = triton_fwd.LANE_OPTIONS
     saved_tlane = triton_fwd.TLANE_OPTIONS
+    saved_local = triton_fwd.LANE_LOCAL_OPTIONS
     saved = {k: getattr(m, n) for k, (m, n) in targets.items()}
     try:
         triton_fwd.LANE_OPTIONS = {**saved_opts, **opts}
         triton_fwd.TLANE_OPTIONS = {**saved_tlane, **tlane}
+        triton_fwd.LANE_LOCAL_OPTIONS = {**saved_local, **local}
         for k, (m, n) in targets.items():
             setattr(m, n, mod[k])
         yield
     finally:
         triton_fwd.LANE_OPTIONS = saved_opts
         triton_fwd.TLANE_OPTIONS = saved_tlane
+        triton_fwd.LANE_LOCAL_OPTIONS = saved_local
         for k, (m, n) in targets.items():
             setattr(m, n, saved[k])
 

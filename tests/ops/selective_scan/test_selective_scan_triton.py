@@ -787,6 +787,32 @@ def test_triton_interpreter_forward_segments_of_tiles(want, nseg, fine, group, c
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("ch2", [0, 1])
+def test_triton_interpreter_forward_local_options(ch2, monkeypatch):
+    """``triton_fwd.LANE_LOCAL_OPTIONS``: constexprs of the split forward's one-channel local
+    pass alone (here its B rows loaded in their own tile, ``BC_JIT``), the real pass as ever
+    (the two-channel one still taken). Outputs, checkpoints (through the backward), last state
+    and gradients against float64, and the options each pass got."""
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    _tile_segments(monkeypatch, 5, ch2)
+    monkeypatch.setattr(triton_fwd, "LANE_LOCAL_OPTIONS", {"BC_JIT": 1, "BC_ROLL": 0})
+    seen: list[tuple] = []
+    _record_launches(
+        monkeypatch,
+        triton_fwd,
+        lambda name, grid, kw: seen.append((name, kw.get("LOCAL"), kw.get("BC_JIT", 0))),
+    )
+    _run_case(1, 40, 141, 16, None, True, True, True, torch.float32, True)
+    real_pass = "_selective_scan_fwd_lane2_kernel" if ch2 else "_selective_scan_fwd_lane_kernel"
+    assert seen[:2] == [
+        ("_selective_scan_fwd_lane_kernel", True, 1),
+        (real_pass, None if ch2 else False, 0),
+    ]
+
+
+@pytest.mark.triton
+@_INTERP
 @pytest.mark.parametrize(
     "batch,dim,L,want,ch2,mode,even,i32",
     [

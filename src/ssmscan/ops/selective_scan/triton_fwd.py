@@ -507,6 +507,18 @@ LANE_CH2_WAVE_REGS16 = 128
 # registers, which would fit the real pass's 1.45 waves at batch 1 into one, were all slower,
 # up to 2.3x at 80: benchmarks/RESULTS.md, fifteenth session)
 LANE_OPTIONS: dict[str, int] = {}
+# ... and of the split forward's one-channel local pass alone, on top of those: none by default.
+# H200, 2026-12-04, CUDA graphs, forward ms (``device_thirtieth2.sh`` / ``3.sh``, 5 rounds, the
+# library 0.0933 / 0.0934 bf16, 0.1042 / 0.1044 fp32 at (1, 1536, 4096)): {BC_JIT: 1, BC_ROLL: 0}
+# (its B rows loaded in the tile that uses them: 48 registers instead of 64, 21 programs a
+# multiprocessor instead of 16) bf16 0.0998, fp32 0.1076 (local pass 41.2 us against 34.5: the
+# rows' latency shows); {BC_SMEM: 1, BC_ROLL: 0} (rows a tile ahead through shared memory) bf16
+# 0.0964, fp32 0.106; with it capped at 40 registers (LANE_LOCAL_MAXNREG, no spills: 25 programs
+# a multiprocessor, the 2880 local programs in one wave) bf16 0.0939 (local 35.0 us), fp32 0.1023
+# (local 37.1 against 39.3); (1, 1024, 65536) fp32 0.9179 (capped 0.9256) against 0.9377, bf16 the
+# same (0.8441-0.8447 against 0.8413).
+# The fp32 gain (1-2%) is left off, as the 32-bit offsets' were (RESULTS, thirtieth session).
+LANE_LOCAL_OPTIONS: dict[str, int] = {}
 
 # tiles per iteration of the lane forward's loop, (real pass, local pass): 2 unrolls it (no
 # register copies of the prefetched next tile, but 168 registers for the real pass); no variant
@@ -656,7 +668,8 @@ def plan_knobs() -> tuple:
         FWD_VARIANT, LANE_MAX_NP, FWD_WARPS, FWD_TIME_LANES, TLANE_MIN_CHANNELS, TLANE_BC_MODE,
         TLANE_WARPS, TLANE_BC16, TLANE_CH2, TLANE_CHAIN, tuple(TLANE_OPTIONS.items()),
         CHECKPOINT_LEN,
-        tuple(LANE_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER, LANE_AHEAD, LANE_BC_ROLL,
+        tuple(LANE_OPTIONS.items()), tuple(LANE_LOCAL_OPTIONS.items()), FWD_UNROLL, LANE_Y_SCATTER,
+        LANE_AHEAD, LANE_BC_ROLL,
         LANE_BCAST_TILE, LANE_SEGMENTS, LANE_CH2, LANE_CH2_REGS, LANE_LOCAL_FINE, LANE_FOLD_GROUP,
         LANE_LOCAL_TILES, LANE_LOCAL_MAXNREG,
         LANE_EVEN, LANE_I32, LANE_EVEN_AHEAD, LANE_EVEN_LDM, LANE_REAL_I32, LANE_REAL_AHEAD,
@@ -1014,7 +1027,7 @@ def _launch(
             SEG=lt or seg // fold,
             **({"SEG2": seg} if lane else {}),
             LOCAL=True,
-            **consts,
+            **({**consts, **LANE_LOCAL_OPTIONS} if lane else consts),
             **({"maxnreg": LANE_LOCAL_MAXNREG} if lane and LANE_LOCAL_MAXNREG else {}),
             **({"UNROLL": FWD_UNROLL[1]} if lane else {}),
         )
