@@ -45,6 +45,13 @@ without the other buys little, and more warps do not help (its rows 4 steps ahea
 registers, 8 programs a multiprocessor: slower). Its programs of one segment placed on one
 multiprocessor, a ``tanh.approx`` gate and a start in the local pass's last wave
 (programmatic dependent launch and flags) were no faster either.
+
+The local pass in this layout (thirtieth session, ``experiments/thirtieth_ch2_local.patch``:
+the kernel's ``LOCAL``, one copy of the B rows for both halves; sm_90 127 registers, 8% fewer
+instructions a channel-step) was slower: 38.3 against the one-channel local pass's 34.7 us at
+(1, 1536, 4096) bf16, with half its warps. The local pass is held at 75% of its MUFU pipe by the
+MIO queue it shares with its shuffles and loads (Nsight Compute), and it needs its warps to get
+there.
 """
 
 from __future__ import annotations
