@@ -49,9 +49,10 @@ multiprocessor, a ``tanh.approx`` gate and a start in the local pass's last wave
 The local pass in this layout (thirtieth session, ``experiments/thirtieth_ch2_local.patch``:
 the kernel's ``LOCAL``, one copy of the B rows for both halves; sm_90 127 registers, 8% fewer
 instructions a channel-step) was slower: 38.3 against the one-channel local pass's 34.7 us at
-(1, 1536, 4096) bf16, with half its warps. The local pass is held at 75% of its MUFU pipe by the
-MIO queue it shares with its shuffles and loads (Nsight Compute), and it needs its warps to get
-there.
+(1, 1536, 4096) bf16, with half its warps. Nsight Compute puts the one-channel local pass at 75%
+of its MUFU pipe, the MIO queue (MUFU, shuffles, loads) its top stall, and it needs its warps to
+get there; more warps (its rows through shared memory, 40 registers) or fewer shuffles (u
+broadcast in bf16, ``experiments/thirtieth_u16_bcast.patch``) did not move it.
 """
 
 from __future__ import annotations
