@@ -32,6 +32,11 @@ MODULES = {"triton_fwd": triton_fwd, "triton_common": triton_common}
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
+# the prefixes of kernel options that go into a dict of ``triton_fwd`` rather than a module
+# setting, and that dict (a plain NAME=INT: ``LANE_OPTIONS``)
+OPTION_DICTS = {"TLANE.": "TLANE_OPTIONS", "LOCAL.": "LANE_LOCAL_OPTIONS"}
+
+
 def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
     opts: dict[str, int] = {}
     mod: dict[str, int] = {}
@@ -40,7 +45,7 @@ def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
         if not item or item == "base":
             continue
         name, value = item.split("=")
-        if name.startswith(("triton_fwd.", "triton_common.", "TLANE.", "LOCAL.")):
+        if name.startswith(("triton_fwd.", "triton_common.", *OPTION_DICTS)):
             mod[name] = int(value)
         else:
             opts[name] = int(value)
@@ -50,27 +55,25 @@ def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
 @contextlib.contextmanager
 def applied(spec: str):
     """The library's forward with variant ``spec`` set (kernel options on top of
-    ``triton_fwd.LANE_OPTIONS``, module settings); everything restored on exit."""
+    ``triton_fwd.LANE_OPTIONS`` and the dicts of ``OPTION_DICTS``, module settings); everything
+    restored on exit."""
     opts, mod = parse(spec)
-    tlane = {k.split(".")[1]: v for k, v in mod.items() if k.startswith("TLANE.")}
-    local = {k.split(".")[1]: v for k, v in mod.items() if k.startswith("LOCAL.")}
-    mod = {k: v for k, v in mod.items() if not k.startswith(("TLANE.", "LOCAL."))}
+    extra = {"LANE_OPTIONS": opts}
+    for prefix, attr in OPTION_DICTS.items():
+        extra[attr] = {k[len(prefix) :]: v for k, v in mod.items() if k.startswith(prefix)}
+    mod = {k: v for k, v in mod.items() if not k.startswith(tuple(OPTION_DICTS))}
     targets = {k: (MODULES[k.split(".")[0]], k.split(".")[1]) for k in mod}
-    saved_opts = triton_fwd.LANE_OPTIONS
-    saved_tlane = triton_fwd.TLANE_OPTIONS
-    saved_local = triton_fwd.LANE_LOCAL_OPTIONS
+    saved_dicts = {attr: getattr(triton_fwd, attr) for attr in extra}
     saved = {k: getattr(m, n) for k, (m, n) in targets.items()}
     try:
-        triton_fwd.LANE_OPTIONS = {**saved_opts, **opts}
-        triton_fwd.TLANE_OPTIONS = {**saved_tlane, **tlane}
-        triton_fwd.LANE_LOCAL_OPTIONS = {**saved_local, **local}
+        for attr, more in extra.items():
+            setattr(triton_fwd, attr, {**saved_dicts[attr], **more})
         for k, (m, n) in targets.items():
             setattr(m, n, mod[k])
         yield
     finally:
-        triton_fwd.LANE_OPTIONS = saved_opts
-        triton_fwd.TLANE_OPTIONS = saved_tlane
-        triton_fwd.LANE_LOCAL_OPTIONS = saved_local
+        for attr, old in saved_dicts.items():
+            setattr(triton_fwd, attr, old)
         for k, (m, n) in targets.items():
             setattr(m, n, saved[k])
 
