@@ -1,0 +1,60 @@
+#!/bin/bash
+# One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
+# in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
+#
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | all (default)
+#
+# Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
+# BENCH_ARGS (extra arguments for bench_gpu.py), T_TESTS / T_BENCH (timeouts, s).
+# mamba-ssm side by side: put its sdist and shared/anchors/build_mamba_cuda.py under .whl/ (the
+# README's "GPU benchmarks" says how); without them the benchmark times ssmscan alone.
+set -u
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+PARTS=${*:-all}
+has() { [[ " $PARTS " == *" $1 "* || " $PARTS " == *" all "* ]]; }
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+
+if has bench && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
+    mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
+    (MAX_JOBS=${MAX_JOBS:-14} setsid nohup python3 .whl/build_mamba_cuda.py > "$OUT/mamba_build.log" 2>&1 &)
+    stamp "mamba-ssm build started"
+fi
+python3 setup.py build_ext --inplace -q > "$OUT/setup.log" 2>&1 || stamp "C kernel build failed (see setup.log)"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+
+if has tests; then
+    stamp "GPU tests"
+    # shellcheck disable=SC2086
+    timeout "${T_TESTS:-300}" python3 -m pytest -q -rfE -m gpu -n "${TEST_PROCS:-12}" \
+        -p no:cacheprovider tests/ ${PYTEST_ARGS:-} > "$OUT/gpu_tests.log" 2>&1
+    tail -15 "$OUT/gpu_tests.log"
+fi
+if has aoti; then
+    stamp "AOTInductor package, loaded in a fresh process"
+    mkdir -p /tmp/aoti
+    CXX=${CXX:-/usr/bin/g++} timeout 180 python3 benchmarks/selective_scan/aoti_check.py build /tmp/aoti > "$OUT/aoti.log" 2>&1
+    echo "aoti build rc=$?"
+    timeout 120 python3 benchmarks/selective_scan/aoti_check.py load /tmp/aoti >> "$OUT/aoti.log" 2>&1
+    echo "aoti load rc=$?"; tail -4 "$OUT/aoti.log"
+fi
+if has bench; then
+    if [ -f "$OUT/mamba_build.log" ]; then
+        for _ in $(seq 1 60); do grep -q BUILD_OK "$OUT/mamba_build.log" && break; sleep 5; done
+        tail -2 "$OUT/mamba_build.log"
+    fi
+    stamp "selective-scan benchmark"
+    # shellcheck disable=SC2086
+    PYTHONPATH=$PYTHONPATH:/tmp/mbuild timeout "${T_BENCH:-240}" python3 benchmarks/selective_scan/bench_gpu.py \
+        --out "$OUT/bench_gpu.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu.log" | grep -v '^{' | tail -30
+fi
+if has scan; then
+    stamp "parallel-scan benchmark"
+    timeout 120 python3 benchmarks/scan/bench_parallel_scan.py --device cuda --shape 16 24576 1024 --compile \
+        > "$OUT/scan_bench.log" 2>&1
+    tail -15 "$OUT/scan_bench.log"
+fi
+stamp done
