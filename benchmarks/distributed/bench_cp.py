@@ -1,6 +1,6 @@
 """Context-parallel selective scan: equality, time per step, bytes exchanged, longest L.
 
-For issue 7's 2-GPU measurement (one sequence sharded over the ranks, NCCL):
+The 2-GPU measurement (one sequence sharded over the ranks, NCCL):
 
     torchrun --nproc_per_node 2 benchmarks/distributed/bench_cp.py \\
         --batch 4 --dim 2048 --length 131072 --N 16 --dtype bf16 --max-length

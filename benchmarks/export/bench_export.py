@@ -1,4 +1,4 @@
-"""Issue 5 benchmarks: (1) export time, node count and artifact size as L grows, per realization;
+"""Deployment benchmarks: (1) export time, node count and artifact size as L grows, per realization;
 (2) CPU latency of one Mamba block (``ssmscan.models.MambaBlock``, preset "small": d_model 256,
 d_inner 512, N 16, batch 1) in ONNX Runtime with each realization, AOTInductor, eager ssmscan and
 the sequential loop (``impl="reference"``), side by side in one run. Correctness first: a variant

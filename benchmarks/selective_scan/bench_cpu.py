@@ -1,4 +1,4 @@
-"""CPU benchmark of selective_scan against the sequential PyTorch loop (issue 2's targets).
+"""CPU benchmark of selective_scan against the sequential PyTorch loop.
 
     python benchmarks/selective_scan/bench_cpu.py [--shapes 1,1536,1024,16 4,768,2048,16] [--reps 5]
 
