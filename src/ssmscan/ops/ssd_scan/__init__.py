@@ -1,0 +1,1 @@
+"""Mamba-2's state-space dual (SSD) scan."""
