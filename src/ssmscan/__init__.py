@@ -9,6 +9,7 @@ from ssmscan.ops.linear_scan.reference import linear_scan_reference
 from ssmscan.ops.selective_scan.api import selective_scan
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
 from ssmscan.ops.selective_state_update.api import selective_state_update
+from ssmscan.ops.ssd_scan.api import ssd_scan
 
 __version__ = "0.1.0"
 
@@ -20,4 +21,5 @@ __all__ = [
     "selective_scan",
     "selective_scan_reference",
     "selective_state_update",
+    "ssd_scan",
 ]

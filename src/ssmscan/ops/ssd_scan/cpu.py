@@ -1,0 +1,302 @@
+"""CPU realization of the SSD scan: the chunked form of README.md's Note [SSD chunked form] on
+BLAS matmuls, forward and backward (Note [SSD chunked backward]).
+
+Everything runs in the state dtype (float32; float64 for float64 inputs). Per chunk of Q steps:
+C·Bᵀ (one matmul per group), masked by the decays and applied to dt·x (one per head); the chunk's
+own state Bᵀ·(decayed dt·x) (one per group, all heads of the group as rows); a loop over chunks
+carries the state (elementwise, (L/Q) steps); the carried state is read out through C (one
+matmul per group). Nothing is quadratic in L: the largest temporaries are (Q x Q) per chunk and
+head. The backward stores nothing but the inputs and recomputes the forward's pieces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ssmscan.ops.ssd_scan.common import process_dt, segment_ids, state_dtype
+
+
+@dataclass
+class _Pieces:
+    """The forward's intermediates, chunked. b batch, c chunks, Q chunk, H heads, G groups,
+    P headdim, N dstate; the state dtype throughout."""
+
+    d: torch.Tensor  # (b, c, Q, H) time step after bias / softplus / clamp, 0 on padding
+    xc: torch.Tensor  # (b, c, Q, H, P) x
+    xdt: torch.Tensor  # (b, c, Q, H, P) dt * x
+    Bg: torch.Tensor  # (b, c, G, Q, N)
+    Cg: torch.Tensor  # (b, c, G, Q, N)
+    decay: torch.Tensor  # (b, c, H, Q, Q) exp(cs_i - cs_j) where j <= i in one sequence, else 0
+    CB: torch.Tensor  # (b, c, G, Q, Q) C_i . B_j
+    w_start: torch.Tensor  # (b, c, Q, H) exp(cs_i), 0 where token i does not see the carry
+    w_end: torch.Tensor  # (b, c, Q, H) exp(cs_last - cs_j), 0 where j does not reach the end
+    carry: torch.Tensor  # (b, c, H) exp(cs_last), 0 where the sequence ends inside the chunk
+    entering: torch.Tensor  # (b, c, H, P, N) state before each chunk
+    final: torch.Tensor  # (b, H, P, N) state after the last chunk
+
+
+def _pieces(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+    Q: int,
+) -> _Pieces:
+    cdt = state_dtype(x.dtype)
+    b, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    pad = (Q - L % Q) % Q
+    nc = (L + pad) // Q
+
+    def chunked(t: torch.Tensor) -> torch.Tensor:  # (b, L, ...) -> (b, c, Q, ...), cdt
+        t = F.pad(t.to(cdt), (0, 0) * (t.dim() - 2) + (0, pad))
+        return t.reshape(b, nc, Q, *t.shape[2:])
+
+    d = chunked(process_dt(dt, dt_bias, dt_softplus, dt_min, dt_max, cdt))
+    xc = chunked(x)
+    xdt = xc * d[..., None]
+    Bg = chunked(B).transpose(2, 3).contiguous()
+    Cg = chunked(C).transpose(2, 3).contiguous()
+    cs = torch.cumsum(d * A.to(cdt), dim=2).transpose(2, 3)  # (b, c, H, Q)
+    cs_last = cs[..., -1]  # (b, c, H)
+
+    tril = torch.ones(Q, Q, dtype=torch.bool).tril()
+    if seq_idx is not None:
+        seg = segment_ids(seq_idx)
+        seg = torch.cat([seg, seg[:, -1:].expand(b, pad)], dim=1).reshape(b, nc, Q)
+        last = seg[..., -1]  # (b, c)
+        prev = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)
+        keep = (tril & (seg[..., :, None] == seg[..., None, :]))[:, :, None]  # (b, c, 1, Q, Q)
+        m_end = (seg == last[..., None]).to(cdt)[..., None]  # (b, c, Q, 1)
+        m_start = (seg == prev[..., None]).to(cdt)[..., None]
+        m_carry = (last == prev).to(cdt)[..., None]  # (b, c, 1)
+    else:
+        keep = tril
+        m_end = m_start = m_carry = None
+
+    diff = cs[..., :, None] - cs[..., None, :]
+    decay = torch.exp(diff.masked_fill(~keep, float("-inf")))
+    CB = Cg @ Bg.transpose(-1, -2)
+    w_start = torch.exp(cs).transpose(2, 3)
+    w_end = torch.exp(cs_last[..., None] - cs).transpose(2, 3)
+    carry = torch.exp(cs_last)
+    if m_end is not None:
+        w_start, w_end, carry = w_start * m_start, w_end * m_end, carry * m_carry
+
+    # each chunk's own state at its end: per group, (heads x P, Q) @ (Q, N)
+    xw = (xdt * w_end[..., None]).reshape(b, nc, Q, G, (H // G) * P).permute(0, 1, 3, 4, 2)
+    local = (xw @ Bg).reshape(b, nc, H, P, N)
+    state = (
+        initial_states.to(cdt)
+        if initial_states is not None
+        else torch.zeros(b, H, P, N, dtype=cdt, device=x.device)
+    )
+    entering = torch.empty(b, nc, H, P, N, dtype=cdt)
+    for c in range(nc):
+        entering[:, c] = state
+        state = carry[:, c, :, None, None] * state + local[:, c]
+    return _Pieces(d, xc, xdt, Bg, Cg, decay, CB, w_start, w_end, carry, entering, state)
+
+
+def _readout(p: _Pieces, H: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y (b, c, Q, H, P) without the skip term, C·Sᵀ of the carried state (b, c, Q, H, P))."""
+    b, nc, Q, _, P = p.xc.shape
+    G = p.Bg.shape[2]
+    M = (p.CB[:, :, :, None] * p.decay.reshape(b, nc, G, H // G, Q, Q)).reshape(b, nc, H, Q, Q)
+    y_diag = (M @ p.xdt.transpose(2, 3)).transpose(2, 3)
+    S = p.entering.reshape(b, nc, G, (H // G) * P, -1)
+    CS = (p.Cg @ S.transpose(-1, -2)).reshape(b, nc, G, Q, H // G, P)
+    CS = CS.permute(0, 1, 3, 2, 4, 5).reshape(b, nc, Q, H, P)
+    return y_diag + CS * p.w_start[..., None], CS
+
+
+def _skip(D: torch.Tensor | None, cdt: torch.dtype) -> torch.Tensor | None:
+    if D is None:
+        return None
+    Dc = D.to(cdt)
+    return Dc if D.dim() == 2 else Dc[:, None]
+
+
+def ssd_forward(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (b, L, H, P) in x's dtype, final_states (b, H, P, N) in the state dtype), both fresh
+    and contiguous."""
+    cdt = state_dtype(x.dtype)
+    b, L, H, P = x.shape
+    N = B.shape[3]
+    if L == 0:
+        final = (
+            initial_states.to(cdt).clone()
+            if initial_states is not None
+            else torch.zeros(b, H, P, N, dtype=cdt)
+        )
+        return torch.empty(x.shape, dtype=x.dtype), final.contiguous()
+    p = _pieces(
+        x, dt, A, B, C, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max, chunk_size
+    )
+    y = _readout(p, H)[0].reshape(b, -1, H, P)[:, :L]
+    Dh = _skip(D, cdt)
+    if Dh is not None:
+        y = y + Dh * x.to(cdt)
+    if z is not None:
+        y = y * F.silu(z.to(cdt))
+    out = torch.empty(x.shape, dtype=x.dtype)
+    out.copy_(y)
+    return out, p.final.contiguous()
+
+
+def ssd_backward(
+    dout: torch.Tensor,
+    dfinal_states: torch.Tensor | None,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+    chunk_size: int,
+) -> dict[str, torch.Tensor]:
+    """Gradients in the state dtype, keyed by argument name (those of the optional arguments
+    only when given). Note [SSD chunked backward] in README.md derives each line."""
+    cdt = state_dtype(x.dtype)
+    b, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    hg, Q = H // G, chunk_size
+    if L == 0:
+        grads = {
+            k: torch.zeros(t.shape, dtype=cdt) for k, t in dict(x=x, dt=dt, A=A, B=B, C=C).items()
+        }
+        for k, t in dict(D=D, z=z, dt_bias=dt_bias).items():
+            if t is not None:
+                grads[k] = torch.zeros(t.shape, dtype=cdt)
+        if initial_states is not None:
+            grads["initial_states"] = (
+                dfinal_states.to(cdt)
+                if dfinal_states is not None
+                else torch.zeros(initial_states.shape, dtype=cdt)
+            )
+        return grads
+    p = _pieces(x, dt, A, B, C, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max, Q)
+    nc = p.d.shape[1]
+    pad = nc * Q - L
+    grads: dict[str, torch.Tensor] = {}
+    Dh = _skip(D, cdt)
+    xf = x.to(cdt)
+
+    # gate and skip: y = y_ssd + D x; out = y * silu(z)
+    g = dout.to(cdt)
+    y_ssd, CS = _readout(p, H)
+    if z is not None:
+        y = y_ssd.reshape(b, -1, H, P)[:, :L]
+        if Dh is not None:
+            y = y + Dh * xf
+        zf = z.to(cdt)
+        sig = torch.sigmoid(zf)
+        grads["z"] = g * y * sig * (1 + zf * (1 - sig))
+        g = g * zf * sig
+    dx = g * Dh if Dh is not None else torch.zeros_like(xf)
+    if D is not None:
+        gx = (g * xf).sum(dim=(0, 1))
+        grads["D"] = gx if D.dim() == 2 else gx.sum(-1)
+    gc = F.pad(g, (0, 0, 0, 0, 0, pad)).reshape(b, nc, Q, H, P)
+
+    # read-out of the carried state: y_i += w_start_i * C_i S_c^T
+    dw_start = (gc * CS).sum(-1)  # (b, c, Q, H)
+    gw = (gc * p.w_start[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)  # (b,c,G,Q,hgP)
+    S = p.entering.reshape(b, nc, G, hg * P, N)
+    dC = gw @ S  # (b, c, G, Q, N)
+    dS_out = (gw.transpose(-1, -2) @ p.Cg).reshape(b, nc, H, P, N)
+
+    # the loop over chunks, backwards: S_{c+1} = carry_c S_c + local_c
+    dS = dfinal_states.to(cdt) if dfinal_states is not None else torch.zeros(b, H, P, N, dtype=cdt)
+    dlocal = torch.empty(b, nc, H, P, N, dtype=cdt)
+    dcarry = torch.empty(b, nc, H, dtype=cdt)
+    for c in range(nc - 1, -1, -1):
+        dlocal[:, c] = dS
+        dcarry[:, c] = (dS * p.entering[:, c]).sum(dim=(-1, -2))
+        dS = p.carry[:, c, :, None, None] * dS + dS_out[:, c]
+    if initial_states is not None:
+        grads["initial_states"] = dS
+
+    # each chunk's own state: local = (xdt * w_end)^T B per group
+    xw = (p.xdt * p.w_end[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)
+    dl = dlocal.reshape(b, nc, G, hg * P, N)
+    dB = xw @ dl  # (b, c, G, Q, N)
+    dxw = (p.Bg @ dl.transpose(-1, -2)).transpose(2, 3).reshape(b, nc, Q, H, P)
+    dxdt = dxw * p.w_end[..., None]
+    dw_end = (dxw * p.xdt).sum(-1)  # (b, c, Q, H)
+
+    # within chunks: y_i += sum_j CB_ij decay_ij xdt_j
+    M = (p.CB[:, :, :, None] * p.decay.reshape(b, nc, G, hg, Q, Q)).reshape(b, nc, H, Q, Q)
+    gh = gc.transpose(2, 3)  # (b, c, H, Q, P)
+    xh = p.xdt.transpose(2, 3)
+    dxdt = dxdt + (M.transpose(-1, -2) @ gh).transpose(2, 3)
+    dM = gh @ xh.transpose(-1, -2)  # (b, c, H, Q, Q)
+    dlog = dM * M
+    dCB = (dM * p.decay).reshape(b, nc, G, hg, Q, Q).sum(3)
+    dC = dC + dCB @ p.Bg
+    dB = dB + dCB.transpose(-1, -2) @ p.Cg
+
+    # the log-decays: cs = cumsum(dt * A) within the chunk
+    dcs = (dlog.sum(-1) - dlog.sum(-2)).transpose(2, 3)  # (b, c, Q, H)
+    dcs = dcs + dw_start * p.w_start
+    t_end = dw_end * p.w_end
+    dcs = dcs - t_end
+    dcs_last = t_end.sum(2) + dcarry * p.carry  # (b, c, H)
+    dcs[:, :, -1] += dcs_last
+    da = dcs.flip(2).cumsum(2).flip(2)  # reverse cumsum within the chunk
+    Af = A.to(cdt)
+    grads["A"] = (da * p.d).sum(dim=(0, 1, 2))
+    dd = da * Af + (dxdt * p.xc).sum(-1)  # (b, c, Q, H)
+    dx = dx + (dxdt * p.d[..., None]).reshape(b, -1, H, P)[:, :L]
+    grads["x"] = dx
+    dd = dd.reshape(b, -1, H)[:, :L]
+
+    # the time step: clamp(softplus(dt + dt_bias))
+    pre = dt.to(cdt)
+    if dt_bias is not None:
+        pre = pre + dt_bias.to(cdt)
+    post = F.softplus(pre) if dt_softplus else pre
+    dd = torch.where((post < dt_min) | (post > dt_max), torch.zeros_like(dd), dd)
+    if dt_softplus:
+        dd = torch.where(pre <= 20.0, dd * torch.sigmoid(pre), dd)
+    grads["dt"] = dd
+    if dt_bias is not None:
+        grads["dt_bias"] = dd.sum(dim=(0, 1))
+
+    def ungroup(t: torch.Tensor) -> torch.Tensor:  # (b, c, G, Q, N) -> (b, L, G, N)
+        return t.transpose(2, 3).reshape(b, nc * Q, G, N)[:, :L]
+
+    grads["B"], grads["C"] = ungroup(dB), ungroup(dC)
+    return grads
