@@ -96,16 +96,16 @@ def _pieces(
     # each chunk's own state at its end: per group, (heads x P, Q) @ (Q, N)
     xw = (xdt * w_end[..., None]).reshape(b, nc, Q, G, (H // G) * P).permute(0, 1, 3, 4, 2)
     local = (xw @ Bg).reshape(b, nc, H, P, N)
-    state = (
-        initial_states.to(cdt)
-        if initial_states is not None
-        else torch.zeros(b, H, P, N, dtype=cdt, device=x.device)
-    )
-    entering = torch.empty(b, nc, H, P, N, dtype=cdt)
+    # the carried state: S_0 = initial, S_{c+1} = carry_c S_c + local_c (one op per chunk)
+    states = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
+    if initial_states is not None:
+        states[:, 0] = initial_states
+    else:
+        states[:, 0] = 0.0
     for c in range(nc):
-        entering[:, c] = state
-        state = carry[:, c, :, None, None] * state + local[:, c]
-    return _Pieces(d, xc, xdt, Bg, Cg, decay, CB, w_start, w_end, carry, entering, state)
+        torch.addcmul(local[:, c], carry[:, c, :, None, None], states[:, c], out=states[:, c + 1])
+    entering, final = states[:, :nc], states[:, nc]
+    return _Pieces(d, xc, xdt, Bg, Cg, decay, CB, w_start, w_end, carry, entering, final)
 
 
 def _readout(p: _Pieces, H: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,15 +239,19 @@ def ssd_backward(
     dS_out = (gw.transpose(-1, -2) @ p.Cg).reshape(b, nc, H, P, N)
 
     # the loop over chunks, backwards: S_{c+1} = carry_c S_c + local_c
-    dS = dfinal_states.to(cdt) if dfinal_states is not None else torch.zeros(b, H, P, N, dtype=cdt)
-    dlocal = torch.empty(b, nc, H, P, N, dtype=cdt)
-    dcarry = torch.empty(b, nc, H, dtype=cdt)
+    dstates = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
+    if dfinal_states is not None:
+        dstates[:, nc] = dfinal_states
+    else:
+        dstates[:, nc] = 0.0
     for c in range(nc - 1, -1, -1):
-        dlocal[:, c] = dS
-        dcarry[:, c] = (dS * p.entering[:, c]).sum(dim=(-1, -2))
-        dS = p.carry[:, c, :, None, None] * dS + dS_out[:, c]
+        torch.addcmul(
+            dS_out[:, c], p.carry[:, c, :, None, None], dstates[:, c + 1], out=dstates[:, c]
+        )
+    dlocal = dstates[:, 1:]
+    dcarry = (dlocal * p.entering).sum(dim=(-1, -2))  # (b, c, H)
     if initial_states is not None:
-        grads["initial_states"] = dS
+        grads["initial_states"] = dstates[:, 0]
 
     # each chunk's own state: local = (xdt * w_end)^T B per group
     xw = (p.xdt * p.w_end[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)
