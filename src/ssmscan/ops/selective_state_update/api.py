@@ -5,6 +5,23 @@ from __future__ import annotations
 import torch
 
 from ssmscan.ops.selective_state_update import op as _op  # noqa: F401  (registers the op)
+from ssmscan.ops.selective_state_update.checks import (
+    check_selective_state_update_args,
+    check_state_batch_indices_values,
+    check_state_writable,
+)
+
+
+def _reads_values_ok(t: torch.Tensor) -> bool:
+    """Whether the index values may be read here: eager, on a real tensor, not while a CUDA
+    graph is being captured."""
+    if torch.compiler.is_compiling() or t.device.type == "meta":
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(t):
+        return False
+    return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 def selective_state_update(
@@ -18,24 +35,41 @@ def selective_state_update(
     z: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,
     dt_softplus: bool = False,
+    state_batch_indices: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One step h = exp(dt A) h + dt B x, out = (C h + D x) * silu(z), updating ``state`` in place.
 
-    Same signature and behaviour as mamba-ssm's ``selective_state_update``: ``state`` is
-    overwritten with the new state and ``out`` returned. The underlying op
-    ``torch.ops.ssmscan.selective_state_update`` is functional and returns ``(out, new_state)``;
-    call it directly (e.g. in exported programs) to keep states immutable.
+    Same signature and behaviour as mamba-ssm's (2.3.2) ``selective_state_update``: ``state`` is
+    overwritten with the new state and ``out`` returned, in the Mamba-1 layout (3-D ``state``) or
+    Mamba-2's decode layout (4-D ``state``, A / dt / D / dt_bias typically zero-stride views
+    expanded over headdim). Unlike mamba-ssm, every shape must match its layout exactly (nothing
+    is broadcast) and ``state`` may hold more rows than ``batch`` only with
+    ``state_batch_indices``. The underlying op ``torch.ops.ssmscan.selective_state_update`` is
+    functional and returns ``(out, new_state)``; call it directly (e.g. in exported programs) to
+    keep states immutable.
 
     Args:
-        state: (batch, dim, N), float32/float16/bfloat16/float64; updated in place.
-        x, dt: (batch, dim); z: (batch, dim) or None.
-        A: (dim, N) float32.
-        B, C: (batch, N) or grouped (batch, G, N), dtype of x or float32.
-        D, dt_bias: (dim,) float32 or None.
+        state: (rows, dim, N) or (rows, nheads, headdim, N); the dtype of x or float32 (float64
+            for float64 x); updated in place, so no zero strides, and not requiring grad (the step
+            has no backward) unless grad is disabled. ``rows == batch`` unless
+            ``state_batch_indices`` is given.
+        x: (batch, dim) or (batch, nheads, headdim), float32/float16/bfloat16/float64.
+        dt: like x, same dtype.
+        A: (dim, N) or (nheads, headdim, N); float32 or x's dtype.
+        B, C: (batch, N), grouped (batch, G, N) with dim divisible by G (Mamba-1), or
+            (batch, ngroups, N) with nheads divisible by ngroups (Mamba-2); x's dtype or float32.
+        D: (dim,) or (nheads, headdim), or None; dtype like A.
+        z: like x, or None.
+        dt_bias: (dim,) or (nheads, headdim), or None; dtype like A.
         dt_softplus: dt = softplus(dt + dt_bias).
+        state_batch_indices: (batch,) int32/int64 or None: the row of ``state`` that entry b
+            reads and writes (continuous batching); a negative index marks a padding entry (output
+            zero, no row written). Indices past the last row or picking a row twice are refused
+            (checked in eager; under ``torch.compile`` or CUDA graph capture the values are the
+            caller's to get right).
 
     Returns:
-        out (batch, dim) in x's dtype.
+        out shaped like x, in x's dtype.
 
     Example:
         >>> import torch, ssmscan
@@ -44,18 +78,25 @@ def selective_state_update(
         ...     -torch.ones(2, 3), torch.ones(1, 3), torch.ones(1, 3))
         >>> out.shape, bool(h.abs().sum() > 0)
         (torch.Size([1, 2]), True)
+
+        Mamba-2 decode over a cache of 4 state rows, two sequences in rows 3 and 1:
+
+        >>> nheads, headdim, N = 2, 3, 4
+        >>> cache = torch.zeros(4, nheads, headdim, N)
+        >>> A = -torch.rand(nheads)[:, None, None].expand(-1, headdim, N)
+        >>> dt = torch.rand(2, nheads)[..., None].expand(-1, -1, headdim)
+        >>> x, B, C = torch.randn(2, nheads, headdim), torch.randn(2, 1, N), torch.randn(2, 1, N)
+        >>> y = ssmscan.selective_state_update(cache, x, dt, A, B, C,
+        ...     state_batch_indices=torch.tensor([3, 1]))
+        >>> y.shape, [bool(cache[r].abs().sum() > 0) for r in range(4)]
+        (torch.Size([2, 2, 3]), [False, True, False, True])
     """
-    if state.dim() != 3 or x.dim() != 2 or dt.shape != x.shape:
-        raise ValueError(
-            f"expected state (batch, dim, N), x and dt (batch, dim); got state "
-            f"{tuple(state.shape)}, x {tuple(x.shape)}, dt {tuple(dt.shape)}"
-        )
-    if B.shape != C.shape or B.dim() not in (2, 3):
-        raise ValueError(
-            f"B and C must both be (batch, N) or (batch, G, N); got {tuple(B.shape)}, {tuple(C.shape)}"
-        )
+    check_selective_state_update_args(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    check_state_writable(state)
+    if state_batch_indices is not None and _reads_values_ok(state_batch_indices):
+        check_state_batch_indices_values(state_batch_indices, state.shape[0])
     out, new_state = torch.ops.ssmscan.selective_state_update(
-        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus
+        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices
     )
     state.copy_(new_state)
     return out

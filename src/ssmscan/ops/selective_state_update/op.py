@@ -4,8 +4,8 @@ The op is functional (returns ``(out, new_state)``, mutates nothing), so ``torch
 ``torch.export`` need no mutation handling; ``ssmscan.selective_state_update`` writes
 ``new_state`` back into ``state`` with ``copy_`` for mamba-ssm compatibility, which
 functionalization turns into an ordinary copy under compile. CUDA: the Triton kernel through
-``wrap_triton``; CPU: the same math in aten ops (one step is a handful of elementwise ops).
-No autograd: decoding is inference.
+``wrap_triton`` (float64 states: the aten path, in float64); CPU: the same math in aten ops (one
+step is a handful of elementwise ops). No autograd: decoding is inference.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ssmscan._library import triton_backed_op
+from ssmscan.ops.selective_state_update.checks import check_selective_state_update_args
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
 
 
@@ -28,21 +29,30 @@ def selective_state_update_op(
     z: torch.Tensor | None,
     dt_bias: torch.Tensor | None,
     dt_softplus: bool,
+    state_batch_indices: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (batch, dim) in x's dtype, new_state (batch, dim, N) in state's dtype), both fresh
-    and contiguous."""
+    """(out shaped like x in x's dtype, new_state shaped like state in state's dtype), both fresh
+    and contiguous. Layouts and ``state_batch_indices`` as in ``selective_state_update``; rows of
+    ``state`` no batch entry picks are copied through unchanged."""
+    check_selective_state_update_args(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     new_state = torch.empty(state.shape, dtype=state.dtype, device=state.device)
-    if x.device.type == "cuda":
+    if x.device.type == "cuda" and state.dtype != torch.float64:
         from ssmscan.ops.selective_state_update import triton_fwd
 
-        triton_fwd.launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, new_state)
+        if state_batch_indices is not None:
+            new_state.copy_(state)
+        triton_fwd.launch(
+            state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, new_state, state_batch_indices
+        )
         return out, new_state
-    if x.device.type not in ("cpu", "meta"):
+    if x.device.type not in ("cpu", "meta", "cuda"):
         raise NotImplementedError(
             f"ssmscan::selective_state_update has kernels for cpu and cuda; got {x.device}"
         )
-    y, h = selective_state_update_reference(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus)
+    y, h = selective_state_update_reference(
+        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices
+    )
     out.copy_(y)
     new_state.copy_(h)
     return out, new_state
