@@ -52,6 +52,7 @@ from ssmscan.ops.linear_scan.loop import linear_scan_loop
 from ssmscan.ops.linear_scan.parallel import linear_scan_parallel
 from ssmscan.ops.selective_scan.loop import selective_scan_loop
 from ssmscan.ops.selective_scan.parallel import selective_scan_parallel
+from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
 from ssmscan.scan import Algorithm, choose_algorithm
 
 from . import _graph as G
@@ -194,7 +195,18 @@ _TENSOR_ARGS = {
         "initial_state",
     ),
     "linear_scan_fwd": ("a", "b", "initial"),
-    "selective_state_update": ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias"),
+    "selective_state_update": (
+        "state",
+        "x",
+        "dt",
+        "A",
+        "B",
+        "C",
+        "D",
+        "z",
+        "dt_bias",
+        "state_batch_indices",
+    ),
 }
 
 
@@ -283,6 +295,11 @@ def _realization_fn(
     def state_update(*tensors: torch.Tensor) -> list[torch.Tensor | None]:
         kw = bind(tensors)
         state, B, C = kw["state"], kw["B"], kw["C"]
+        if state.dim() == 4 or kw["state_batch_indices"] is not None:
+            # Mamba-2's layout or picked state rows: the reference step is plain aten already
+            return list(
+                selective_state_update_reference(**kw, dt_softplus=bool(consts["dt_softplus"]))
+            )
         sdt = torch.float64 if state.dtype == torch.float64 else torch.float32
         out, new = selective_scan_parallel(
             kw["x"].unsqueeze(-1),
