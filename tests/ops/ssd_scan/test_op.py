@@ -118,6 +118,7 @@ def test_compile_fullgraph_forward_backward(backend, ssd_inputs):
     compiled = torch.compile(_step, backend=counter, fullgraph=True, dynamic=dynamic or None)
     opts = dict(D_shape="channel", z=True, dt_bias=True, dt_softplus=True, initial_states=True,
                 seq_idx=True)  # fmt: skip
+    frames = []
     for L in (37, 300) if dynamic else (37,):
         kw = ssd_inputs(L=L, seed=L, **opts)
         out, final, grads = _grads(compiled, kw)
@@ -127,7 +128,12 @@ def test_compile_fullgraph_forward_backward(backend, ssd_inputs):
         assert set(grads) == set(ref_grads)
         for k in ref_grads:
             torch.testing.assert_close(grads[k], ref_grads[k], rtol=1e-5, atol=1e-5, msg=k)
-    assert counter.frame_count == 1  # one frame, no graph break, no recompile for a new L
+        frames.append(counter.frame_count)
+    # fullgraph: no graph break. Inductor with dynamic shapes restarts the first analysis once to
+    # specialize the float dt_limit (a custom op's float argument cannot be a tensor), hence
+    # up to 2 backend calls on the first length; a new length must add none.
+    assert frames[0] <= (2 if backend == "inductor-dynamic" else 1)
+    assert frames[-1] == frames[0]
 
 
 class _Block(torch.nn.Module):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ssmscan.ops.common.checks import (
@@ -104,9 +102,7 @@ def check_ssd_scan_args(
         not isinstance(dt_limit, tuple)
         or len(dt_limit) != 2
         or not all(isinstance(v, (int, float)) for v in dt_limit)
-        or math.isnan(dt_limit[0])
-        or math.isnan(dt_limit[1])
-        or dt_limit[0] > dt_limit[1]
+        or not dt_limit[0] <= dt_limit[1]  # also false for NaN
     ):
         raise ValueError(
             f"dt_limit must be a (min, max) tuple of floats with min <= max; got {dt_limit!r}"
