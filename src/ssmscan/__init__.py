@@ -3,7 +3,7 @@
 Public names only; see the README for the API.
 """
 
-from ssmscan.export import export  # the function; ``ssmscan.export.<target>`` modules via import
+from ssmscan import export  # a callable package: ssmscan.export(...), ssmscan.export.tensorrt
 from ssmscan.ops.linear_scan.api import linear_scan
 from ssmscan.ops.linear_scan.reference import linear_scan_reference
 from ssmscan.ops.selective_scan.api import selective_scan

@@ -126,6 +126,7 @@ def test_aoti_static_lengths(block, tmp_path):
         _check(res, block, [L])
 
 
+@pytest.mark.slow  # the default suite compiles the tiny LM's package instead (test_artifacts.py)
 def test_aoti_dynamic_length(block, dynamic_artifacts):
     res = dynamic_artifacts("aoti")
     assert res.report.realization == "loop"
@@ -137,6 +138,7 @@ def test_aoti_dynamic_length(block, dynamic_artifacts):
 FRESH = textwrap.dedent(
     """
     import sys
+    sys.modules["ssmscan"] = None  # import ssmscan -> ImportError, even where it is installed
     import numpy as np
     kind, path, data = sys.argv[1:4]
     arrays = np.load(data)
@@ -149,7 +151,6 @@ FRESH = textwrap.dedent(
         import torch
         runner = torch._inductor.aoti_load_package(path)
         outs = [runner(torch.from_numpy(arrays[f"x{i}"])).numpy() for i in range(3)]
-    assert not any(m == "ssmscan" or m.startswith("ssmscan.") for m in sys.modules), "ssmscan imported"
     np.savez(data.replace(".npz", "_out.npz"), *outs)
     print("FRESH_OK")
     """
@@ -158,7 +159,10 @@ FRESH = textwrap.dedent(
 
 @pytest.mark.parametrize(
     "target",
-    [pytest.param("onnx", marks=[pytest.mark.onnx, needs_onnx]), "aoti"],
+    [
+        pytest.param("onnx", marks=[pytest.mark.onnx, needs_onnx]),
+        pytest.param("aoti", marks=pytest.mark.slow),
+    ],
 )
 def test_artifact_runs_in_a_fresh_process_without_ssmscan(
     block, target, dynamic_artifacts, tmp_path

@@ -1,20 +1,47 @@
 """``ssmscan.export``: one front door to every deployment target.
 
+The package is callable: ``ssmscan.export(model, example_inputs, target=...)`` is
+:func:`export`, and its target modules stay reachable (``ssmscan.export.tensorrt``,
+``ssmscan.export.onnx``...; imported on first use).
+
 One module per target: :mod:`.program` (``"export"``), :mod:`.onnx`, :mod:`.aoti`,
-:mod:`.tensorrt`, :mod:`.executorch`; what they share lives in :mod:`._common`.
+:mod:`.tensorrt`, :mod:`.executorch`; what they share lives in :mod:`._common`, the exported
+signature in :mod:`._signature`, the wrapping of the model in :mod:`._prepare`.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import Any
 
 import torch
 
-from ._common import TARGETS, ExportReport, ExportResult, TargetUnavailable, has_dynamic_dims
+from ._common import (
+    TARGETS,
+    ExportReport,
+    ExportResult,
+    TargetUnavailable,
+    has_dynamic_dims,
+    quiet_known_noise,
+)
+from ._prepare import prepare
+from ._signature import Signature, TensorSpec
 
-__all__ = ["TARGETS", "ExportReport", "ExportResult", "TargetUnavailable", "export"]
+__all__ = [
+    "TARGETS",
+    "ExportReport",
+    "ExportResult",
+    "Signature",
+    "TargetUnavailable",
+    "TensorSpec",
+    "export",
+]
 
 _REALIZATIONS = (None, "parallel", "loop")
+_SUBMODULES = ("program", "onnx", "aoti", "tensorrt", "executorch")
+_DYNAMIC_BATCH_TARGETS = ("export", "onnx", "aoti")
 
 
 def export(
@@ -27,6 +54,8 @@ def export(
     realization: str | None = None,
     algorithm: str = "auto",
     opset: int | None = None,
+    dynamic_batch: bool | None = None,
+    stateful: bool = False,
 ) -> ExportResult:
     """Export ``model`` for ``target`` and return the artifact, a runner and a report.
 
@@ -40,7 +69,8 @@ def export(
             ``.pt2`` package that runs without ssmscan), ``"tensorrt"`` (Torch-TensorRT, static
             shapes), ``"executorch"`` (``.pte``).
         dynamic_shapes: as for ``torch.export.export`` (e.g. ``{"input_ids": {1: Dim("L")}}``).
-        path: where to write the artifact (a temporary directory when omitted; ignored by
+        path: where to write the artifact (when omitted: a temporary folder owned by the result,
+            removed when the result is garbage-collected or the process exits; ignored by
             ``"export"`` unless given, which then saves the program with ``torch.export.save``).
         realization: how the ssmscan ops become plain graphs for targets that cannot run them:
             ``"loop"`` (``higher_order.scan``, any length), ``"parallel"`` (aten parallel scan,
@@ -48,11 +78,26 @@ def export(
             tensorrt: parallel; aoti-CUDA and export: keep the ops).
         algorithm: parallel scan algorithm for ``realization="parallel"``.
         opset: ONNX opset (``None``: the exporter's default).
+        dynamic_batch: make dimension 0 of every input a dynamic ``Dim("batch", min=1)``
+            (unless ``dynamic_shapes`` sets it); ``None``: on for ``"export"``, ``"onnx"`` and
+            ``"aoti"``, off for ``"tensorrt"`` and ``"executorch"`` (static batch).
+        stateful: for a built-in ``ssmscan.models.MambaLM``: export
+            ``(input_ids, conv_state_0.., ssm_state_0..) -> (logits, next_conv_state_0..,
+            next_ssm_state_0..)`` to continue from a previous call (zero states when the example
+            inputs carry none). Without it a ``MambaLM`` exports as ``input_ids -> logits``.
+
+    The artifact takes and returns plain tensors: any other model's outputs are flattened to
+    their tensor leaves (named ``output``, or ``output_<path>`` for several), so it loads where
+    ssmscan is not installed. Known noise of torch's and onnxscript's exporters is silenced
+    during the call (and only then).
 
     Returns:
-        An :class:`ExportResult`: ``.artifact``, ``.path``, ``.run(*inputs)`` (flat tuple of
-        output tensors) and ``.report`` (:class:`ExportReport`: node counts, leftover non-aten
-        ops, realization, time of each stage, artifact size).
+        An :class:`ExportResult`: ``.artifact``, ``.path``, ``.run(*inputs)`` (checks the
+        inputs against the signature, returns the flat tuple of output tensors),
+        ``.signature`` (:class:`Signature`: named inputs/outputs, dtypes, shapes with named
+        dynamic dimensions and their ranges, token-id ranges), ``.describe()`` (report summary,
+        path and signature as text) and ``.report`` (:class:`ExportReport`: node counts,
+        leftover non-aten ops, realization, time of each stage, artifact size).
 
     Raises:
         ValueError: an unknown target/realization, or a combination that cannot work (a dynamic
@@ -67,33 +112,58 @@ def export(
         >>> model = build_model("tiny")
         >>> ids = torch.randint(0, 256, (1, 9))
         >>> res = ssmscan.export(model, (ids,), target="export")
-        >>> logits = res.run(ids)[0]
-        >>> torch.allclose(logits, model(ids)[0], atol=1e-5)
+        >>> print(res.signature.describe())
+        inputs:  input_ids: int64[batch, 9] in [0, 256)
+        outputs: logits: float32[batch, 9, 256]
+        dims:    batch >= 1
+        >>> logits = res.run(torch.cat([ids, ids, ids]))[0]
+        >>> torch.allclose(logits[2:], model(ids)[0], atol=1e-5)
         True
     """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}; got {target!r}")
     if realization not in _REALIZATIONS:
         raise ValueError(f"realization must be one of {_REALIZATIONS}; got {realization!r}")
-    if target == "export":
-        from . import program
-
-        if realization is not None:
-            raise ValueError(
-                "target 'export' keeps the ssmscan ops; realization applies to onnx, aoti, "
-                "tensorrt and executorch (or run ssmscan.passes.decompose_selective_scan yourself)"
-            )
-        return program.build(model, example_inputs, dynamic_shapes, path)
-    if target == "onnx":
-        from . import onnx
-
-        return onnx.build(
-            model, example_inputs, dynamic_shapes, path, realization, algorithm, opset
+    if dynamic_batch is None:
+        dynamic_batch = target in _DYNAMIC_BATCH_TARGETS
+    elif dynamic_batch and target not in _DYNAMIC_BATCH_TARGETS:
+        raise ValueError(
+            f"target {target!r} exports a static batch; dynamic_batch=True applies to "
+            f"{', '.join(_DYNAMIC_BATCH_TARGETS)}"
         )
-    if target == "aoti":
-        from . import aoti
+    with quiet_known_noise():
+        return _export(
+            model,
+            example_inputs,
+            target,
+            dynamic_shapes,
+            path,
+            realization,
+            algorithm,
+            opset,
+            dynamic_batch,
+            stateful,
+        )
 
-        return aoti.build(model, example_inputs, dynamic_shapes, path, realization, algorithm)
+
+def _export(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...],
+    target: str,
+    dynamic_shapes: Any,
+    path: str | None,
+    realization: str | None,
+    algorithm: str,
+    opset: int | None,
+    dynamic_batch: bool,
+    stateful: bool,
+) -> ExportResult:
+    if target == "export" and realization is not None:
+        raise ValueError(
+            "target 'export' keeps the ssmscan ops; realization applies to onnx, aoti, "
+            "tensorrt and executorch (or run ssmscan.passes.decompose_selective_scan yourself)"
+        )
+    dynamic = has_dynamic_dims(dynamic_shapes)
     if target == "tensorrt":
         if has_dynamic_dims(dynamic_shapes):
             raise ValueError(
@@ -106,9 +176,42 @@ def export(
                 "target 'tensorrt' cannot take realization='loop' (Torch-TensorRT has no converter "
                 "for higher_order.scan); use realization='parallel' or None"
             )
+    prepared = prepare(model, example_inputs, dynamic_shapes, dynamic_batch, stateful)
+    if target == "export":
+        from . import program
+
+        return program.build(prepared, path)
+    if target == "onnx":
+        from . import onnx
+
+        return onnx.build(prepared, path, realization, algorithm, opset, dynamic)
+    if target == "aoti":
+        from . import aoti
+
+        return aoti.build(prepared, path, realization, algorithm)
+    if target == "tensorrt":
         from . import tensorrt
 
-        return tensorrt.build(model, example_inputs, path, algorithm)
+        return tensorrt.build(prepared, path, algorithm)
     from . import executorch
 
-    return executorch.build(model, example_inputs, dynamic_shapes, path, realization, algorithm)
+    return executorch.build(prepared, path, realization, algorithm, dynamic)
+
+
+def __getattr__(name: str) -> Any:
+    """The target modules, imported on first use (``ssmscan.export.tensorrt``...)."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _CallableModule(types.ModuleType):
+    """``ssmscan.export`` itself: the package, callable as :func:`export`."""
+
+    def __call__(
+        self, model: torch.nn.Module, example_inputs: tuple[Any, ...], *args: Any, **kwargs: Any
+    ) -> ExportResult:
+        return export(model, example_inputs, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import tempfile
 import time
+import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -14,6 +19,8 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._ops import HigherOrderOperator
+
+from ._signature import Signature
 
 TARGETS = ("export", "onnx", "aoti", "tensorrt", "executorch")
 
@@ -84,7 +91,11 @@ class ExportReport:
 
 @dataclass
 class ExportResult:
-    """An exported model: the artifact, where it lies, how to run it, and the report.
+    """An exported model: the artifact, where it lies, how to run it, its signature and the report.
+
+    An artifact written to a temporary folder (no ``path`` given) belongs to the result: the
+    folder is removed when the result is garbage-collected or the process exits. Pass ``path``
+    to keep the artifact.
 
     Attributes:
         target: the target name.
@@ -93,6 +104,8 @@ class ExportResult:
             the compiled module (``"tensorrt"``) or the ExecuTorch program (``"executorch"``).
         path: the artifact file, for targets that write one (else ``None``).
         report: the :class:`ExportReport`.
+        signature: the artifact's named inputs and outputs, dtypes, shapes (dynamic dimensions by
+            name, with their ranges) and token-id ranges (:class:`Signature`).
     """
 
     target: str
@@ -100,11 +113,79 @@ class ExportResult:
     path: str | None
     report: ExportReport
     _runner: Callable[..., Sequence[torch.Tensor]] = field(repr=False, default=lambda *a: ())
+    signature: Signature | None = None
+    temp_dir: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.temp_dir is not None:
+            weakref.finalize(self, shutil.rmtree, self.temp_dir, ignore_errors=True)
 
     def run(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
         """Run the artifact on ``inputs`` (same structure as the example inputs); returns the
-        outputs flattened (the leaves of the model's output pytree, in order), for every target."""
+        outputs flattened (the artifact's outputs, in the order of ``signature.outputs``).
+
+        Raises:
+            TypeError: an input is not a tensor or has another dtype than the signature's.
+            ValueError: another number of inputs, another rank or device, a size out of its
+                range (or different from the export's where static), token ids out of range.
+        """
+        if self.signature is not None:
+            flat = self.signature.check(inputs)
+            if len(flat) == len(inputs):  # flat tensors: hand them over contiguous
+                inputs = tuple(x.contiguous() for x in flat)
         return tuple(self._runner(*inputs))
+
+    def describe(self) -> str:
+        """The report's summary, the artifact's path and its signature, one item a line."""
+        lines = [self.report.summary()]
+        if self.path is not None:
+            kept = " (temporary: removed with this result)" if self.temp_dir else ""
+            lines.append(f"artifact: {self.path}{kept}")
+        if self.signature is not None:
+            lines.append(self.signature.describe())
+        return "\n".join(lines)
+
+
+def temp_artifact(target: str, filename: str) -> tuple[str, str]:
+    """A fresh temporary folder ``ssmscan-<target>-*`` and the artifact path inside it."""
+    folder = tempfile.mkdtemp(prefix=f"ssmscan-{target}-")
+    return folder, os.path.join(folder, filename)
+
+
+# Messages torch and onnxscript emit during every export that say nothing about the user's model:
+# (logger, message prefix). Filtered by prefix so that any other record still gets through.
+_NOISE_LOGS = (
+    ("torch.onnx._internal.exporter._registration", "torchvision is not installed"),
+    ("onnx_ir.passes.common.initializer_deduplication", "Skipped deduplication of initializer"),
+)
+_NOISE_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*",)
+
+
+class _DropPrefix(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+@contextmanager
+def quiet_known_noise() -> Iterator[None]:
+    """Within the block, drop the known messages above (and only those); restored after."""
+    added = []
+    for name, prefix in _NOISE_LOGS:
+        f = _DropPrefix(prefix)
+        logging.getLogger(name).addFilter(f)
+        added.append((name, f))
+    try:
+        with warnings.catch_warnings():
+            for message in _NOISE_WARNINGS:
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        for name, f in added:
+            logging.getLogger(name).removeFilter(f)
 
 
 def flat_outputs(out: Any) -> list[torch.Tensor]:

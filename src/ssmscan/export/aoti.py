@@ -4,42 +4,68 @@ CPU: the ssmscan ops are realized first (loop by default: Inductor turns ``highe
 into a C++ ``while`` loop, any length; 4.2 ms vs 24 ms for the parallel form at batch 1, dim 128,
 L 1024 on 2 cores), so the package holds only Inductor's own code. CUDA: the ops stay, and
 Inductor compiles their Triton kernels into the package (``torch.library.triton_op`` recipe).
+
+The package takes and returns plain tensors (see ``_prepare``), so ``aoti_load_package`` needs
+nothing but torch. Token ids are range-checked inside the package (a clean ``RuntimeError``
+instead of an out-of-bounds read). AOTInductor compiles checks of every input's dtype, shape and
+strides into the package but runs them only where ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set (torch
+2.11-2.13 have no compile option that turns them on); :meth:`ExportResult.run` checks inputs
+against the signature itself.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-from ._common import ExportReport, ExportResult, example_device, file_size, flat_outputs
-from ._lowering import lower_for_loop_backends
-from .program import export_program
+from ._common import (
+    ExportReport,
+    ExportResult,
+    example_device,
+    file_size,
+    flat_outputs,
+    temp_artifact,
+)
+from ._lowering import assert_id_ranges, bind_scan_sizes, lower_for_loop_backends
+from ._prepare import Prepared
+from .program import export_prepared
+
+
+def _inductor_configs() -> dict[str, Any]:
+    # A dynamic dimension may go down to 1 (the batch does); Inductor's runtime input checks
+    # assume a lower bound of 2 for backed sizes unless told not to check lower bounds.
+    if hasattr(torch._inductor.config.aot_inductor, "check_lowerbound"):
+        return {"aot_inductor.check_lowerbound": False}
+    return {}
 
 
 def build(
-    model: torch.nn.Module,
-    example_inputs: tuple[Any, ...],
-    dynamic_shapes: Any,
+    prepared: Prepared,
     path: str | None,
     realization: str | None,
     algorithm: str,
 ) -> ExportResult:
-    device = example_device(example_inputs)
+    device = example_device(prepared.example_inputs)
     report = ExportReport("aoti")
-    ep = export_program(model, example_inputs, dynamic_shapes, report)
+    ep = export_prepared(prepared, report)
+    signature = prepared.signature(ep, device)
     if device.type == "cpu" or realization is not None:
         lower_for_loop_backends(ep, realization or "loop", algorithm, report)
+        if bind_scan_sizes(ep):
+            report.notes.append("scan loops given their symbolic sizes (dynamic batch)")
     else:
         report.notes.append("ssmscan ops kept: their Triton kernels are compiled into the package")
+    if assert_id_ranges(ep, signature):
+        report.notes.append("token ids are range-checked inside the package")
     report.census(ep)
+    temp_dir = None
     if path is None:
-        import tempfile
-
-        path = os.path.join(tempfile.mkdtemp(prefix="ssmscan-aoti-"), "model.pt2")
+        temp_dir, path = temp_artifact("aoti", "model.pt2")
     with report.stage("aoti compile"):
-        torch._inductor.aoti_compile_and_package(ep, package_path=path)
+        torch._inductor.aoti_compile_and_package(
+            ep, package_path=path, inductor_configs=_inductor_configs()
+        )
     report.artifact_bytes = file_size(path)
     with report.stage("aoti load"):
         runner = torch._inductor.aoti_load_package(path)
@@ -48,4 +74,4 @@ def build(
         with torch.no_grad():
             return flat_outputs(runner(*inputs))
 
-    return ExportResult("aoti", runner, path, report, run)
+    return ExportResult("aoti", runner, path, report, run, signature, temp_dir)

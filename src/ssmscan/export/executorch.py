@@ -16,15 +16,15 @@ on ExecuTorch's portable kernels.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, has_dynamic_dims
+from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, temp_artifact
 from ._lowering import lower_for_loop_backends
-from .program import export_program
+from ._prepare import Prepared
+from .program import export_prepared
 
 
 def _require_executorch() -> None:
@@ -49,16 +49,15 @@ def _partitioners() -> list[Any]:
 
 
 def build(
-    model: torch.nn.Module,
-    example_inputs: tuple[Any, ...],
-    dynamic_shapes: Any,
+    prepared: Prepared,
     path: str | None,
     realization: str | None,
     algorithm: str,
+    dynamic: bool,
 ) -> ExportResult:
     """Export, realize the ssmscan ops, lower to ExecuTorch, write ``.pte``, load its runtime."""
     realization = realization or "loop"
-    if realization == "parallel" and has_dynamic_dims(dynamic_shapes):
+    if realization == "parallel" and dynamic:
         raise ValueError(
             "target 'executorch' with realization='parallel' needs static shapes (the parallel "
             "scan is planned for one length); got dynamic_shapes. Use realization='loop' "
@@ -69,7 +68,8 @@ def build(
     from executorch.runtime import Runtime
 
     report = ExportReport("executorch")
-    ep = export_program(model, example_inputs, dynamic_shapes, report)
+    ep = export_prepared(prepared, report)
+    signature = prepared.signature(ep, torch.device("cpu"))
     lower_for_loop_backends(ep, realization, algorithm, report)
     partitioners = _partitioners()
     with report.stage("to_edge_transform_and_lower"):
@@ -80,10 +80,9 @@ def build(
     )
     with report.stage("to_executorch"):
         program = edge.to_executorch()
+    temp_dir = None
     if path is None:
-        import tempfile
-
-        path = os.path.join(tempfile.mkdtemp(prefix="ssmscan-executorch-"), "model.pte")
+        temp_dir, path = temp_artifact("executorch", "model.pte")
     with report.stage("save"), open(path, "wb") as f:
         f.write(program.buffer)
     report.artifact_bytes = file_size(path)
@@ -94,4 +93,4 @@ def build(
         flat = [x for x in pytree.tree_leaves(inputs) if isinstance(x, torch.Tensor)]
         return [y for y in method.execute(flat) if isinstance(y, torch.Tensor)]
 
-    return ExportResult("executorch", program, path, report, run)
+    return ExportResult("executorch", program, path, report, run, signature, temp_dir)

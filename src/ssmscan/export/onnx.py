@@ -9,15 +9,17 @@ hence the default.
 
 from __future__ import annotations
 
-import os
+import re
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, has_dynamic_dims
+from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, temp_artifact
 from ._lowering import lower_for_loop_backends
-from .program import export_program
+from ._prepare import Prepared
+from ._signature import Signature
+from .program import export_prepared
 
 
 def _require_onnx() -> Any:
@@ -33,17 +35,52 @@ def _require_onnx() -> Any:
     return onnxruntime
 
 
+def _name_dims(onnx_program: Any, signature: Signature, ep: torch.export.ExportedProgram) -> None:
+    """Rename the exporter's symbolic dimensions (``s33``) after the signature's (``batch``)
+    on every value of the ONNX graph, subgraphs included."""
+    import onnx_ir as ir
+
+    rename: dict[str, str] = {}
+    nodes = {n.name: n for n in ep.graph.nodes}
+    for spec, ph in zip(signature.inputs, ep.graph_signature.user_inputs, strict=True):
+        for size, name in zip(nodes[ph].meta["val"].shape, spec.shape, strict=True):
+            if isinstance(size, torch.SymInt) and isinstance(name, str):
+                rename[str(size.node.expr)] = name
+    if not rename:
+        return
+    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in rename) + r")\b")
+
+    def fix(value: Any) -> None:
+        shape = value.shape
+        if shape is None:
+            return
+        dims = [
+            pattern.sub(lambda m: rename[m.group(0)], d.value)
+            if isinstance(d, ir.SymbolicDim) and d.value is not None
+            else d
+            for d in shape.dims
+        ]
+        if dims != list(shape.dims):
+            value.shape = ir.Shape(dims)
+
+    graph = onnx_program.model.graph
+    for v in (*graph.inputs, *graph.outputs):
+        fix(v)
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for v in (*node.inputs, *node.outputs):
+            if v is not None:
+                fix(v)
+
+
 def build(
-    model: torch.nn.Module,
-    example_inputs: tuple[Any, ...],
-    dynamic_shapes: Any,
+    prepared: Prepared,
     path: str | None,
     realization: str | None,
     algorithm: str,
     opset: int | None,
+    dynamic: bool,
 ) -> ExportResult:
     ort = _require_onnx()
-    dynamic = has_dynamic_dims(dynamic_shapes)
     realization = realization or "loop"
     if realization == "parallel" and dynamic:
         raise ValueError(
@@ -52,17 +89,25 @@ def build(
             "any length) or export at a fixed length."
         )
     report = ExportReport("onnx")
-    ep = export_program(model, example_inputs, dynamic_shapes, report)
+    ep = export_prepared(prepared, report)
+    signature = prepared.signature(ep, torch.device("cpu"))
     lower_for_loop_backends(ep, realization, algorithm, report)
     report.census(ep)
     with report.stage("onnx"):
-        onnx_program = torch.onnx.export(ep, dynamo=True, opset_version=opset, verbose=False)
+        onnx_program = torch.onnx.export(
+            ep,
+            dynamo=True,
+            opset_version=opset,
+            verbose=False,
+            input_names=signature.input_names,
+            output_names=signature.output_names,
+        )
     if onnx_program is None:  # only the legacy (dynamo=False) exporter returns None
         raise RuntimeError("torch.onnx.export(dynamo=True) returned no ONNXProgram")
+    _name_dims(onnx_program, signature, ep)
+    temp_dir = None
     if path is None:
-        import tempfile
-
-        path = os.path.join(tempfile.mkdtemp(prefix="ssmscan-onnx-"), "model.onnx")
+        temp_dir, path = temp_artifact("onnx", "model.onnx")
     with report.stage("save"):
         onnx_program.save(path)
     report.artifact_bytes = file_size(path)
@@ -79,4 +124,4 @@ def build(
         feeds = {n: x.detach().cpu().numpy() for n, x in zip(names, flat, strict=True)}
         return [torch.from_numpy(y) for y in session.run(None, feeds)]
 
-    return ExportResult("onnx", onnx_program, path, report, run)
+    return ExportResult("onnx", onnx_program, path, report, run, signature, temp_dir)

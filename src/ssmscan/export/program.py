@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ._common import ExportReport, ExportResult, file_size, flat_outputs
+from ._common import ExportReport, ExportResult, example_device, file_size, flat_outputs
+from ._prepare import Prepared
 
 
 def export_program(
@@ -18,7 +19,8 @@ def export_program(
     dynamic_shapes: Any,
     report: ExportReport,
 ) -> torch.export.ExportedProgram:
-    """``torch.export.export`` of ``model`` in eval mode (the stage ``"export"`` of ``report``)."""
+    """``torch.export.export`` of ``model`` in eval mode (the stage ``"export"`` of ``report``);
+    the mode of every submodule is restored afterwards."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
     if not isinstance(example_inputs, tuple):
@@ -26,23 +28,26 @@ def export_program(
             f"example_inputs must be a tuple of the model's positional inputs; got "
             f"{type(example_inputs).__name__}"
         )
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         with report.stage("export"):
             return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes)
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
 
 
-def build(
-    model: torch.nn.Module,
-    example_inputs: tuple[Any, ...],
-    dynamic_shapes: Any,
-    path: str | None,
-) -> ExportResult:
+def export_prepared(prepared: Prepared, report: ExportReport) -> torch.export.ExportedProgram:
+    """:func:`export_program` of a :class:`Prepared` model; its notes go to ``report``."""
+    report.notes.extend(prepared.notes)
+    return export_program(prepared.module, prepared.example_inputs, prepared.dynamic_shapes, report)
+
+
+def build(prepared: Prepared, path: str | None) -> ExportResult:
     report = ExportReport("export")
-    ep = export_program(model, example_inputs, dynamic_shapes, report)
+    ep = export_prepared(prepared, report)
+    signature = prepared.signature(ep, example_device(prepared.example_inputs))
     report.census(ep)
     if path is not None:
         with report.stage("save"):
@@ -54,4 +59,4 @@ def build(
         with torch.no_grad():
             return flat_outputs(module(*inputs))
 
-    return ExportResult("export", ep, path, report, run)
+    return ExportResult("export", ep, path, report, run, signature)

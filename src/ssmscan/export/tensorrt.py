@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +48,17 @@ from ssmscan.passes import (
 )
 from ssmscan.passes import _graph as G
 
-from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, flat_outputs
-from .program import export_program
+from ._common import (
+    ExportReport,
+    ExportResult,
+    TargetUnavailable,
+    example_device,
+    file_size,
+    flat_outputs,
+    temp_artifact,
+)
+from ._prepare import Prepared
+from .program import export_prepared, export_program
 
 __all__ = [
     "NotTensorRTReady",
@@ -390,15 +398,12 @@ def _require_tensorrt_runtime(verdict: str) -> types.ModuleType:
     return torch_tensorrt
 
 
-def build(
-    model: torch.nn.Module,
-    example_inputs: tuple[Any, ...],
-    path: str | None,
-    algorithm: str,
-) -> ExportResult:
-    """Lower, check and (where TensorRT exists) compile ``model``; see the module docstring."""
+def build(prepared: Prepared, path: str | None, algorithm: str) -> ExportResult:
+    """Lower, check and (where TensorRT exists) compile the model; see the module docstring."""
     report = ExportReport("tensorrt")
-    ep = export_program(model, example_inputs, None, report)
+    example_inputs = prepared.example_inputs
+    ep = export_prepared(prepared, report)
+    signature = prepared.signature(ep, example_device(example_inputs))
     ep = lower_for_tensorrt(ep, algorithm, report)
     report.census(ep)
     readiness = check_tensorrt_ready(ep)
@@ -418,10 +423,9 @@ def build(
             min_block_size=1,
             require_full_compilation=True,
         )
+    temp_dir = None
     if path is None:
-        import tempfile
-
-        path = os.path.join(tempfile.mkdtemp(prefix="ssmscan-tensorrt-"), "model.ep")
+        temp_dir, path = temp_artifact("tensorrt", "model.ep")
     with report.stage("save"):
         torch_tensorrt.save(
             trt_module, path, output_format="exported_program", arg_inputs=list(example_inputs)
@@ -432,4 +436,4 @@ def build(
         with torch.no_grad():
             return flat_outputs(trt_module(*inputs))
 
-    return ExportResult("tensorrt", trt_module, path, report, run)
+    return ExportResult("tensorrt", trt_module, path, report, run, signature, temp_dir)
