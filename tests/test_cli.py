@@ -1,11 +1,14 @@
-"""The ``ssmscan`` command line, run as ``python -m ssmscan ...`` subprocesses: the report's
+"""The ``ssmscan`` command line, run as its console script runs it, in subprocesses: the report's
 numbers are measurements made in that run, models from a user's file, the export artifact loads,
-the benchmark writes its plot and table, every ``--help``, and bad arguments exit 2 with one line."""
+the benchmark writes its plot and table; every ``--help``, ``--version`` and bad argument answers
+without importing torch, and bad arguments (output paths, sizes, models that cannot run) exit 2
+with one line before any work."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,11 +23,34 @@ HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 MODEL_TOL = 1e-4  # ssmscan.cli: 10x the op's float32 tolerance, relative to max|logits|
 
 
+def _entry_point() -> tuple[str, str]:
+    """``module, function`` of the ``ssmscan`` console script as pyproject.toml declares it."""
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    match = re.search(r'^ssmscan\s*=\s*"([\w.]+):(\w+)"', text, re.MULTILINE)
+    assert match, "pyproject.toml declares no ssmscan console script"
+    return match.group(1), match.group(2)
+
+
+MODULE, FUNCTION = _entry_point()
+# What the console script pip writes does: import the entry point and exit with its result.
+SCRIPT = f"import sys; from {MODULE} import {FUNCTION}; sys.exit({FUNCTION}())"
+# ... with torch made unimportable: --help, --version and bad arguments must not need it.
+NO_TORCH = (
+    "import sys\n"
+    "class NoTorch:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'torch' or name.startswith('torch.'):\n"
+    "            raise ImportError('torch was imported')\n"
+    "sys.meta_path.insert(0, NoTorch())\n" + SCRIPT.replace("; ", "\n")
+)
+
+
 def ssmscan(
-    *args: str, cwd: Path | None = None, timeout: float = 300
+    *args: str, cwd: Path | None = None, timeout: float = 300, torch_free: bool = False
 ) -> subprocess.CompletedProcess:
+    """Run the ``ssmscan`` command (``torch_free``: where importing torch is an error)."""
     return subprocess.run(
-        [sys.executable, "-m", "ssmscan", *args],
+        [sys.executable, "-c", NO_TORCH if torch_free else SCRIPT, *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -84,7 +110,12 @@ def test_report_tiny_subset(tmp_path):
     # the printed table and the progress lines
     table = [line for line in res.stdout.splitlines() if line.startswith("| ")]
     assert table[0].split("|")[1].strip() == "target" and len(table) == 5
-    assert any(line.startswith("| aoti") and "loop" in line for line in table)
+    assert any(line.startswith("| aoti") and "scan x2 -> C++ loop" in line for line in table)
+    if HAS_ONNX:
+        assert any(line.startswith("| onnx") and "scan x2 -> ONNX Scan" in line for line in table)
+    assert "higher_order.scan" not in res.stdout  # a target's own loop is not a leftover
+    for row in rows.values():  # min <= median <= p90, each measured
+        assert row["latency_min_ms"] <= row["latency_ms"] <= row["latency_p90_ms"], row
     assert "[4/4] aoti" in res.stderr
 
 
@@ -203,12 +234,14 @@ def test_export_writes_loadable_program(tmp_path):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "export: realization kernel" in res.stdout and "leftover non-aten ops" in res.stdout
+    import torch.utils._pytree as pytree
+
     import ssmscan as _  # noqa: F401  (registers the ops the program calls)
     from ssmscan.models import build_model
 
     ep = torch.export.load(str(out))
     ids = torch.randint(0, 256, (1, 23))  # another length: the program is dynamic
-    got = ep.module()(ids)[0]
+    got = pytree.tree_leaves(ep.module()(ids))[0]  # the logits, the first output
     with torch.no_grad():
         expected = build_model("tiny").eval()(ids)[0]
     torch.testing.assert_close(got, expected)
@@ -265,14 +298,29 @@ def test_bench_cpu_writes_plot_and_table(tmp_path):
 @pytest.mark.parametrize(
     "command", [[], ["report"], ["export"], ["bench"]], ids=lambda c: "-".join(c) or "top"
 )
-def test_help(command):
-    res = ssmscan(*command, "--help")
+def test_help_without_torch(command):
+    res = ssmscan(*command, "--help", torch_free=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: ssmscan") and res.stderr == ""
 
 
+def test_version_without_torch():
+    import ssmscan as package
+
+    res = ssmscan("--version", torch_free=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[:2] == ["ssmscan", package.__version__], res.stdout
+    assert f"torch {torch.__version__}" in res.stdout
+
+
+def test_python_m_ssmscan_runs_the_same_command():
+    res = subprocess.run(
+        [sys.executable, "-m", "ssmscan", "--version"], capture_output=True, text=True
+    )
+    assert res.returncode == 0 and res.stdout.startswith("ssmscan "), res.stderr
+
+
 BAD = {
-    "unknown-model": ["report", "--model", "huge"],
     "unknown-target": ["report", "--targets", "eager,tpu"],
     "missing-file": ["report", "--model", "nowhere/model.py:make"],
     "not-a-factory-spec": ["report", "--model", "model.txt:make"],
@@ -286,12 +334,19 @@ BAD = {
 
 
 @pytest.mark.parametrize("args", list(BAD.values()), ids=list(BAD))
-def test_bad_arguments_exit_2_with_one_line(args, tmp_path):
-    res = ssmscan(*args, cwd=tmp_path)
+def test_bad_arguments_exit_2_with_one_line_without_torch(args, tmp_path):
+    res = ssmscan(*args, cwd=tmp_path, torch_free=True)
     assert res.returncode == 2, res.stdout + res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "error:" in res.stderr and "Traceback" not in res.stderr
     assert res.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_unknown_model_exit_2(tmp_path):
+    res = ssmscan("report", "--model", "huge", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "'huge'" in res.stderr
 
 
 @pytest.mark.parametrize("factory", ["absent", "not_a_module"])
@@ -317,3 +372,228 @@ def test_report_default_all_targets_under_3_minutes(tmp_path):
         assert row["status"] in ("ok", "unavailable"), row
         assert row["status"] == "ok" or row["reason"]
     assert elapsed < 180, f"ssmscan report took {elapsed:.0f} s"
+
+
+# --- errors found before any work ---------------------------------------------------------------
+
+RECORDING_MODEL = """
+    import pathlib
+    import torch
+
+    HERE = pathlib.Path(__file__).parent
+
+    class Recorded(torch.nn.Module):
+        # leaves a file behind when built and when run, so a test sees whether work started
+        def __init__(self, vocab, out):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, 1)
+            self.out = out
+
+        def forward(self, ids):
+            (HERE / "ran").touch()
+            if self.out == "raise":
+                raise RuntimeError("the layer norm got a bad shape")
+            if self.out == "none":
+                return None
+            return self.emb(ids)
+
+    def make():
+        (HERE / "built").touch()
+        return Recorded(16, "tensor")
+
+    def make_raising():
+        return Recorded(16, "raise")
+
+    def make_none():
+        return Recorded(16, "none")
+
+    def make_wide():  # a million-token vocabulary: logits of 4 MB per token
+        (HERE / "built").touch()
+        return Recorded(1_000_000, "tensor")
+"""
+
+
+def _checked_up_front(res: subprocess.CompletedProcess, *needles: str) -> None:
+    assert res.returncode == 2, res.stdout + res.stderr[-3000:]
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+
+
+UNWRITABLE = "/proc/ssmscan-out"  # no file can be created in /proc, not even by root
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="uses /proc as an unwritable place")
+
+# name -> (arguments after the model, what the message names); {d} is the test's folder
+UP_FRONT = {
+    "report-json-folder": (["report", "--json", "{d}"], ["--json", "is a folder"]),
+    "report-json-missing-folder": (
+        ["report", "--json", "{d}/nowhere/r.json"],
+        ["--json", "does not exist"],
+    ),
+    "report-json-empty": (["report", "--json", ""], ["--json is empty"]),
+    "report-json-unwritable": (["report", "--json", UNWRITABLE + ".json"], ["--json", "/proc"]),
+    "report-huge-seq-len": (["report", "--seq-len", "1000000000"], ["--seq-len 1000000000"]),
+    "export-o-folder": (["export", "--target", "export", "-o", "{d}"], ["-o", "is a folder"]),
+    "export-o-unwritable": (
+        ["export", "--target", "export", "-o", UNWRITABLE + ".pt2"],
+        ["-o", "/proc"],
+    ),
+    "export-huge-seq-len": (
+        ["export", "--target", "export", "-o", "{d}/m.pt2", "--seq-len", "1000000000"],
+        ["--seq-len 1000000000"],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=linux_only) if "unwritable" in c else c for c in UP_FRONT],
+)
+def test_output_paths_and_sizes_are_checked_before_the_model_is_built(case, tmp_path):
+    args, needles = UP_FRONT[case]
+    path = _write_model(tmp_path, RECORDING_MODEL)
+    command, *rest = [a.format(d=tmp_path) for a in args]
+    res = ssmscan(
+        command,
+        "--model",
+        f"{path}:make",
+        *(["--targets", "eager", "--reps", "1"] if command == "report" else []),
+        *rest,
+        torch_free=True,
+    )
+    _checked_up_front(res, *needles)
+    assert not (tmp_path / "built").exists()
+
+
+@pytest.mark.parametrize(
+    "out", ["file", pytest.param(UNWRITABLE, marks=linux_only)], ids=["file", "unwritable"]
+)
+def test_bench_out_is_checked_before_any_work(out, tmp_path):
+    if out == "file":
+        out = str(tmp_path / "taken")
+        Path(out).write_text("")
+    res = ssmscan("bench", "--lengths", "8", "--dim", "8", "--out", out, torch_free=True)
+    if not HAS_MPL:  # the missing extra is reported first, as cleanly
+        _checked_up_front(res, "matplotlib")
+    else:
+        _checked_up_front(res, "--out", out)
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_memory_estimate_refuses_a_length_that_cannot_fit(command, tmp_path):
+    path = _write_model(tmp_path, RECORDING_MODEL)
+    extra = ["--targets", "eager"] if command == "report" else ["--target", "export", "-o", "m.pt2"]
+    # 100k tokens of a million-word vocabulary: 400 GB of logits
+    res = ssmscan(
+        command, "--model", f"{path}:make_wide", "--seq-len", "100000", *extra, cwd=tmp_path
+    )
+    _checked_up_front(res, "--seq-len 100000", "GiB")
+    assert (tmp_path / "built").exists() and not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("factory", "needle"),
+    [("make_raising", "RuntimeError: the layer norm got a bad shape"), ("make_none", "no tensor")],
+    ids=["forward-raises", "forward-returns-none"],
+)
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_model_that_cannot_run_exit_2(command, factory, needle, tmp_path):
+    path = _write_model(tmp_path, RECORDING_MODEL)
+    extra = ["--targets", "eager,export"] if command == "report" else ["--target", "export"]
+    if command == "export":
+        extra += ["-o", str(tmp_path / "m.pt2")]
+    res = ssmscan(command, "--model", f"{path}:{factory}", "--seq-len", "8", *extra)
+    _checked_up_front(res, f"{path}:{factory}", needle, "(1, 8) int64 ids")
+    assert not (tmp_path / "m.pt2").exists()
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="ssmscan bench plots with matplotlib (bench extra)")
+def test_bench_writes_a_fresh_folder_and_shows_progress(tmp_path):
+    res = ssmscan(
+        "bench",
+        "--lengths",
+        "8",
+        "--dim",
+        "4",
+        "--d-state",
+        "2",
+        "--reps",
+        "1",
+        "--anchor-reps",
+        "1",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (folder,) = tmp_path.iterdir()  # nothing else in the current folder
+    assert folder.is_dir() and folder.name.startswith("ssmscan-bench-")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "bench_selective_scan_cpu.json",
+        "bench_selective_scan_cpu.png",
+    ]
+    assert folder.name in res.stderr and folder.name in res.stdout
+    # each step announced as it starts and as it ends
+    assert "[1/2] L=8 ssmscan: checking" in res.stderr
+    assert "[2/2] L=8 loop: fwd" in res.stderr
+
+
+# --- the report's table -------------------------------------------------------------------------
+
+
+def _row(target: str, times: list[float], leftover: dict[str, int] | None = None):
+    import statistics
+
+    from ssmscan._cli_report import TargetResult, p90
+
+    return TargetResult(
+        target,
+        realization="loop",
+        leftover_ops=leftover,
+        max_abs_error=1e-7,
+        latency_ms=statistics.median(times),
+        latency_min_ms=min(times),
+        latency_p90_ms=p90(times),
+        latency_all_ms=times,
+    )
+
+
+def test_report_table_shows_the_spread_and_warns_when_wide():
+    from ssmscan._cli_report import format_report, spread_warning
+
+    steady = _row("onnx", [1.0, 1.1, 1.05, 1.2])
+    noisy = _row("aoti", [1.0, 30.0, 1.1, 100.0])
+    table = format_report([steady, noisy])
+    head = [c.strip() for c in table.splitlines()[0].split("|")]
+    assert ["min ms", "median ms", "p90 ms"] == head[
+        head.index("min ms") : head.index("p90 ms") + 1
+    ]
+    assert "| 1.00 " in table and "| 100.00 " in table  # aoti's min and p90
+    assert spread_warning([steady]) == ""
+    warning = spread_warning([steady, noisy])
+    assert warning.startswith("warning:") and "aoti 100.0x" in warning and "onnx" not in warning
+
+
+def test_report_table_says_what_each_target_made_of_the_scan():
+    from ssmscan._cli_report import format_report
+
+    table = format_report(
+        [
+            _row("export", [1.0], {"ssmscan.selective_scan_fwd.default": 2}),
+            _row("onnx", [1.0], {"higher_order.scan": 2}),
+            _row("aoti", [1.0], {"higher_order.scan": 2}),
+            _row(
+                "executorch",
+                [1.0],
+                {"higher_order.executorch_call_delegate": 17, "higher_order.scan": 2},
+            ),
+        ]
+    )
+    cells = {
+        line.split("|")[1].strip(): line.split("|")[5].strip() for line in table.splitlines()[2:]
+    }
+    assert cells == {
+        "export": "ssmscan.selective_scan_fwd.default x2",  # a true leftover: needs ssmscan
+        "onnx": "scan x2 -> ONNX Scan",
+        "aoti": "scan x2 -> C++ loop",
+        "executorch": "delegate x17 -> XNNPACK, scan x2 -> ExecuTorch loop",
+    }

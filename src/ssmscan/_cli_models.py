@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ssmscan._cli_util import ALL_TARGETS, UsageError
+from ssmscan._cli_util import UsageError
 
 
 @dataclass
@@ -139,18 +139,6 @@ def load_on(spec: str, device: str) -> LoadedModel:
     return loaded
 
 
-def parse_targets(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise UsageError("--targets is empty")
-    unknown = [t for t in names if t not in ALL_TARGETS]
-    if unknown:
-        raise UsageError(
-            f"unknown target(s) {', '.join(unknown)}: choose from {','.join(ALL_TARGETS)}"
-        )
-    return list(dict.fromkeys(names))
-
-
 def example_ids(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, length), generator=g)
@@ -169,3 +157,78 @@ def first_tensor(out: Any) -> torch.Tensor:
         if isinstance(leaf, torch.Tensor):
             return leaf
     raise TypeError(f"the model's output has no tensor: {type(out).__name__}")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def reference_outputs(loaded: LoadedModel, ids: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The model's first output tensor on each of ``ids`` (the eager reference every target is
+    compared with).
+
+    Raises:
+        UsageError: the model's forward raises, or its output holds no tensor.
+    """
+    refs = []
+    for x in ids:
+        shape = f"({', '.join(map(str, x.shape))}) int64 ids"
+        try:
+            with torch.no_grad():
+                out = loaded.module(x)
+        except Exception as e:
+            raise UsageError(
+                f"--model {loaded.name!r}: its forward on {shape} raised "
+                f"{type(e).__name__}: {_one_line(str(e))}"
+            ) from None
+        try:
+            refs.append(first_tensor(out).detach().clone())
+        except TypeError:
+            raise UsageError(
+                f"--model {loaded.name!r}: its forward on {shape} returned no tensor "
+                f"(got {type(out).__name__}); it must return a tensor or a pytree holding one"
+            ) from None
+    return refs
+
+
+def _available_bytes(device: str) -> int | None:
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not on this platform
+        return None
+
+
+def estimate_bytes(loaded: LoadedModel, batch: int, seq_len: int) -> int:
+    """A lower estimate of the memory one forward at ``(batch, seq_len)`` needs and the report
+    holds: the logits (eager's reference, a target's output, their difference) and the widest
+    layer's activations a few times over, in the parameters' dtype."""
+    widths = [loaded.vocab_size]
+    for m in loaded.module.modules():
+        if isinstance(m, torch.nn.Linear):
+            widths.append(m.out_features)
+        elif isinstance(m, torch.nn.Embedding):
+            widths.append(m.embedding_dim)
+    itemsize = next((p.element_size() for p in loaded.module.parameters()), 4)
+    return batch * seq_len * itemsize * (3 * loaded.vocab_size + 4 * max(widths))
+
+
+def check_memory(loaded: LoadedModel, batch: int, seq_len: int, device: str) -> None:
+    """Raise :class:`UsageError` when :func:`estimate_bytes` is above the memory free on
+    ``device`` (checked before the first forward)."""
+    need, free = estimate_bytes(loaded, batch, seq_len), _available_bytes(device)
+    if free is not None and need > free:
+        raise UsageError(
+            f"--seq-len {seq_len} with --batch {batch} needs at least {need / 2**30:.1f} GiB for "
+            f"{loaded.name}'s logits ({loaded.vocab_size} per token) and activations; "
+            f"{free / 2**30:.1f} GiB is free on {device}: choose a smaller --seq-len"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -34,7 +35,9 @@ class TargetResult:
     max_abs_error: float | None = None
     rel_error: float | None = None
     checked_lengths: list[int] = field(default_factory=list)
-    latency_ms: float | None = None
+    latency_ms: float | None = None  # the median
+    latency_min_ms: float | None = None
+    latency_p90_ms: float | None = None
     latency_all_ms: list[float] = field(default_factory=list)
     build_seconds: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -134,6 +137,8 @@ def run_target(
         row.rel_error = row.max_abs_error / scale
         row.latency_all_ms = _measure(run, ids[0], reps)
         row.latency_ms = statistics.median(row.latency_all_ms)
+        row.latency_min_ms = min(row.latency_all_ms)
+        row.latency_p90_ms = p90(row.latency_all_ms)
     except Exception as e:
         row.status, row.reason = "FAILED", f"running it: {_one_line(e)}"
         return row
@@ -147,10 +152,43 @@ def run_target(
     return row
 
 
+def p90(times: Sequence[float]) -> float:
+    """The 90th percentile (nearest rank: the smallest value with 90% of ``times`` at or below)."""
+    ordered = sorted(times)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+# Above this p90 / min ratio of a row's latencies the report warns that its timings are noise.
+WIDE_SPREAD = 2.0
+
+
+def spread_warning(rows: Sequence[TargetResult]) -> str:
+    """A warning naming the rows whose latencies spread widely (p90 / min above
+    :data:`WIDE_SPREAD`), or ``""``."""
+    wide = [
+        (r.target, r.latency_p90_ms / r.latency_min_ms)
+        for r in rows
+        if r.latency_min_ms
+        and r.latency_p90_ms is not None
+        and r.latency_p90_ms > WIDE_SPREAD * r.latency_min_ms
+    ]
+    if not wide:
+        return ""
+    which = ", ".join(f"{t} {ratio:.1f}x" for t, ratio in wide)
+    return (
+        f"warning: latencies spread widely between runs (p90/min: {which}); the machine is "
+        "busy, so compare medians with care (rerun on an idle machine or with more --reps)"
+    )
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.2f}"
 
 
 def _fmt_size(n: int | None) -> str:
@@ -159,29 +197,53 @@ def _fmt_size(n: int | None) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
+# What a target's artifact made of the non-aten ops its exported program held: these are not
+# leftovers, the target runs them natively.
+BECAME = {
+    "onnx": {"higher_order.scan": ("scan", "ONNX Scan")},
+    "aoti": {"higher_order.scan": ("scan", "C++ loop")},
+    "executorch": {
+        "higher_order.scan": ("scan", "ExecuTorch loop"),
+        "higher_order.executorch_call_delegate": ("delegate", "XNNPACK"),
+    },
+}
+
+
 def _fmt_left(row: TargetResult) -> str:
+    """The non-aten ops cell: ``op xN`` for a true leftover, ``op xN -> what`` for an op the
+    target turned into its own construct."""
     if row.leftover_ops is None:
         return "-"
-    return ", ".join(f"{k} x{v}" for k, v in row.leftover_ops.items()) or "none"
+    became = BECAME.get(row.target, {})
+    cells = []
+    for op, n in row.leftover_ops.items():
+        short, what = became.get(op, (op, None))
+        cells.append(f"{short} x{n}" + (f" -> {what}" if what else ""))
+    return ", ".join(cells) or "none"
 
 
 def format_report(rows: Sequence[TargetResult]) -> str:
-    """The report table (Markdown, aligned) followed by one line per target that did not run."""
+    """The report table (Markdown, aligned) followed by one line per target that did not run.
+
+    The non-aten ops column names what each target made of its exported program's non-aten ops:
+    ``scan x2 -> ONNX Scan`` (ONNX's loop operator), ``-> C++ loop`` (AOTInductor), ``->
+    ExecuTorch loop``; a bare name is a true leftover (``export``'s program calls the ssmscan
+    ops, so loading it needs ssmscan). Latencies: min, median and p90 of the timed runs."""
     head = [
         "target",
         "status",
         "shapes",
         "realization",
-        "leftover non-aten ops",
+        "non-aten ops",
         "max abs err",
-        "median ms",
         "min ms",
+        "median ms",
+        "p90 ms",
         "build s",
         "size",
     ]
     body = []
     for r in rows:
-        ran = r.latency_ms is not None
         body.append(
             [
                 r.target,
@@ -196,8 +258,9 @@ def format_report(rows: Sequence[TargetResult]) -> str:
                 else f"{r.max_abs_error:.1e}"
                 if r.max_abs_error
                 else "0",
-                f"{r.latency_ms:.2f}" if ran and r.latency_ms is not None else "-",
-                f"{min(r.latency_all_ms):.2f}" if r.latency_all_ms else "-",
+                _fmt_ms(r.latency_min_ms),
+                _fmt_ms(r.latency_ms),
+                _fmt_ms(r.latency_p90_ms),
                 "-" if r.build_seconds is None else f"{r.build_seconds:.1f}",
                 _fmt_size(r.artifact_bytes),
             ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import sys
@@ -10,10 +9,26 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from typing import NoReturn
 
-ALL_TARGETS = ("eager", "compile", "export", "aoti", "onnx", "tensorrt", "executorch")
-EXPORT_TARGETS = ("export", "onnx", "aoti", "tensorrt", "executorch")
+from _ssmscan_cli import (  # the parser's half, importable without torch
+    ALL_TARGETS,
+    EXPORT_TARGETS,
+    UsageError,
+)
+
+__all__ = [
+    "ALL_TARGETS",
+    "EXPORT_TARGETS",
+    "MODEL_TOLERANCE_FACTOR",
+    "STATIC_ONLY",
+    "SUFFIX",
+    "Heartbeat",
+    "UsageError",
+    "progress",
+    "quiet_known_noise",
+    "ticking",
+]
+
 STATIC_ONLY = frozenset({"tensorrt"})  # the parallel realization is planned for one length
 SUFFIX = {
     "export": ".pt2",
@@ -24,27 +39,6 @@ SUFFIX = {
 }
 # A whole model compounds the op's rounding over its layers: 10x the op's float32 tolerance.
 MODEL_TOLERANCE_FACTOR = 10.0
-
-
-class UsageError(Exception):
-    """Bad command-line input: reported as one line on stderr, exit code 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``prog: error: message (see --help)``), exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def progress(msg: str) -> None:
@@ -75,3 +69,39 @@ def quiet_known_noise() -> None:
     torchvision, pytree's LeafSpec deprecation raised inside torch's own export code)."""
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+
+
+class Heartbeat:
+    """A progress printer for long runs: each call prints a line to stderr, and while nothing is
+    printed for ``every`` seconds, ``<last line> ... N s`` says the step is still running.
+
+    Use as a context manager; inside, call it with each step's line.
+    """
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self._label = ""
+        self._since = time.perf_counter()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def __call__(self, msg: str) -> None:
+        with self._lock:
+            progress(msg)
+            self._label, self._since = msg.rstrip(". "), time.perf_counter()
+
+    def _tick(self) -> None:
+        while not self._done.wait(self.every):
+            with self._lock:
+                quiet = time.perf_counter() - self._since
+                if self._label and quiet >= self.every:
+                    progress(f"{self._label} ... {quiet:.0f} s")
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()

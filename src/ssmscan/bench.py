@@ -264,7 +264,7 @@ def run(
         anchor_max_len: the sequential loop is timed only up to this length (its backward
             materializes a (batch, dim, L, N) gradient per step: O(L^2) memory traffic, a minute
             per call at L=2048, dim 256); None: no limit.
-        progress: called with a line of text as each measurement finishes.
+        progress: called with a line of text as each measurement starts and as it finishes.
 
     Returns:
         A :class:`BenchResult`.
@@ -277,9 +277,13 @@ def run(
     impls, notes = implementations(device)
     result = BenchResult(device, notes=notes, meta=metadata(device))
     tol = tolerance(torch.float32)
+    steps, k = len(lengths) * len(impls), 0
     for L in lengths:
         shape = (batch, dim, L, d_state)
         for name, fn in impls.items():
+            k += 1
+            if progress is not None:
+                progress(f"[{k}/{steps}] L={L} {name}: checking against float64 and timing ...")
             err = check(fn, shape, device)
             row = BenchRow(name, shape, err, ok=err <= tol)
             is_loop = name == "loop"
@@ -296,7 +300,7 @@ def run(
                     timed = f"correct, not timed ({row.skipped})"
                 else:
                     timed = f"fwd {row.fwd_ms:.3f} ms, fwd+bwd {row.fwd_bwd_ms:.3f} ms"
-                progress(f"L={L} {name}: {timed}")
+                progress(f"[{k}/{steps}] L={L} {name}: {timed}")
     return result
 
 
