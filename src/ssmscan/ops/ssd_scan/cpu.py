@@ -216,8 +216,9 @@ def ssd_backward(
 
     # gate and skip: y = y_ssd + D x; out = y * silu(z)
     g = dout.to(cdt)
-    y_ssd, CS = _readout(p, H)
-    if z is not None:
+    CS = None
+    if z is not None:  # the gate needs y: recompute it (without z, y is never needed)
+        y_ssd, CS = _readout(p, H)
         y = y_ssd.reshape(b, -1, H, P)[:, :L]
         if Dh is not None:
             y = y + Dh * xf
@@ -232,11 +233,16 @@ def ssd_backward(
     gc = F.pad(g, (0, 0, 0, 0, 0, pad)).reshape(b, nc, Q, H, P)
 
     # read-out of the carried state: y_i += w_start_i * C_i S_c^T
-    dw_start = (gc * CS).sum(-1)  # (b, c, Q, H)
     gw = (gc * p.w_start[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)  # (b,c,G,Q,hgP)
-    S = p.entering.reshape(b, nc, G, hg * P, N)
-    dC = gw @ S  # (b, c, G, Q, N)
     dS_out = (gw.transpose(-1, -2) @ p.Cg).reshape(b, nc, H, P, N)
+    if CS is not None:  # C S^T at hand: dw_start from it, dC with all heads of a group as K
+        dw_start = (gc * CS).sum(-1)  # (b, c, Q, H)
+        dC = gw @ p.entering.reshape(b, nc, G, hg * P, N)  # (b, c, G, Q, N)
+    else:  # one product per head, g S, serves both (Note [SSD chunked backward])
+        T = (gc.transpose(2, 3) @ p.entering).reshape(b, nc, G, hg, Q, N)
+        dw_start = (T * p.Cg[:, :, :, None]).sum(-1).reshape(b, nc, H, Q).transpose(2, 3)
+        w = p.w_start.transpose(2, 3).reshape(b, nc, G, hg, Q, 1)
+        dC = (T * w).sum(3)
 
     # the loop over chunks, backwards: S_{c+1} = carry_c S_c + local_c
     dstates = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
