@@ -6,6 +6,14 @@ shared library called through ctypes; ctypes releases the GIL during a call, so 
 op call are split into contiguous ranges and run on a small thread pool (``torch.get_num_threads()``
 threads), each range writing disjoint outputs or its own partial buffers.
 Nothing is loaded or started at import time.
+
+The pool's threads exist only in the process that started them: a child made by ``os.fork``
+(multiprocessing's fork start method, preforking servers, DataLoader workers) inherits the pool
+object without its threads, and work submitted to it would never run. The child therefore drops
+the inherited pool (``os.register_at_fork``) and starts its own on first use. (torch's own
+OpenMP intra-op pool has the same limitation and no such reset: once the parent has run a
+parallel torch op, a forked child must call ``torch.set_num_threads(1)`` before its own, as
+DataLoader workers do; the pool then runs every call on the calling thread.)
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -70,6 +79,10 @@ def kernel(base: str, dtype: torch.dtype) -> Callable[..., None]:
 @functools.cache
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssmscan-cpu")
+
+
+# A forked child starts with no pool threads: forget the parent's pools (see the module note).
+os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 def ptr(t: torch.Tensor | None) -> int | None:
