@@ -3,6 +3,10 @@
     python benchmarks/ssd_scan/bench_cpu.py [--shape 1,2048,24,64,128] [--reps 5]
     python benchmarks/ssd_scan/bench_cpu.py --sweep      # the chunk-size table of the planner
 
+Figures in src/ssmscan/ops/ssd_scan/README.md were taken with ``taskset -c 0,1`` and
+OMP_NUM_THREADS=2 on an idle host; on a machine shared with other jobs use ``--threads 1``
+(OpenMP barriers stall when a core is taken away mid-op, which punishes many small ops).
+
 Shape is (batch, L, nheads, headdim, dstate), ngroups 1, fp32, in Mamba-2's configuration:
 dt_bias with softplus, D per head, A = -exp(0.5 * randn), dt in [1e-3, 0.1]. Variants:
 
@@ -252,7 +256,10 @@ def main():
     p.add_argument("--shape", default="1,2048,24,64,128")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.sweep:
         sweep(args.reps)
         return

@@ -50,15 +50,26 @@ def segment_ids(seq_idx: torch.Tensor) -> torch.Tensor:
 
 
 def plan_chunk_size(nheads: int, headdim: int, dstate: int, ngroups: int) -> int:
-    """Chunk length of the CPU kernel for a problem shape (the length L is left out on purpose:
-    the plan must not change as L varies under dynamic shapes).
+    """Chunk length of the CPU kernel for a problem shape. The length L is left out on purpose:
+    the plan must not change as L varies under dynamic shapes.
 
-    Per chunk of Q steps the work is Q*Q*(dstate + headdim) for the intra-chunk products and
-    Q*dstate*headdim for the states; per step the states cost dstate*headdim*2 whatever Q is, the
-    intra-chunk part grows with Q. Small Q starves the BLAS calls. Measured on 2 cores (fp32,
-    ``benchmarks/ssd_scan/bench_cpu.py --sweep``): 64 is best or within a few percent of best for
-    dstate 16-128 and headdim 32-128 in forward and backward; 32 wins narrowly when both
-    dstate and headdim are at most 32.
+    Per chunk of Q steps the intra-chunk products cost Q*Q*(dstate + headdim) per head and grow
+    with Q; the chunk states cost Q*dstate*headdim whatever Q is, but their matmuls have Q as
+    their inner dimension and the loop over chunks runs L/Q steps, so a large state wants a
+    longer chunk. Measured with ``benchmarks/ssd_scan/bench_cpu.py --sweep`` (2 cores of an
+    Intel Xeon, fp32, forward / forward+backward ms, best in brackets):
+
+        (batch, L, nheads, headdim, dstate)   Q=32         Q=64         Q=128
+        (1, 2048, 24, 64, 16)               [51 / 161]    65 / 202     98 / 288
+        (1, 2048, 24, 64, 64)               [68 / 230]    83 / 246    108 / 313
+        (1, 2048, 48, 32, 32)               [58 / 200]    77 / 204     82 / 289
+        (1, 2048, 24, 64, 128)               74 / 307    [70 / 241]    92 / 279
+        (1, 2048, 16, 128, 128)              99 / 323    [93 / 315]   107 / 297
+        (2, 1024, 8, 64, 256)                55 / 207     30 / 99     [25 / 94]
+
+    Q = 256 was slowest everywhere. The optimum followed dstate alone.
     """
-    del nheads, ngroups  # the measured optimum did not depend on them
-    return 32 if dstate <= 32 and headdim <= 32 else 64
+    del nheads, headdim, ngroups  # the measured optimum did not depend on them
+    if dstate <= 64:
+        return 32
+    return 64 if dstate <= 128 else 128
