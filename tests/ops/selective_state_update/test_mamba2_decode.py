@@ -166,6 +166,35 @@ def test_opcheck_mamba2_layout():
         )
 
 
+def test_opcheck_inplace_op():
+    """The eager path's in-place op: schema (it mutates ``state`` and nothing else), fake."""
+    state, per_head, steps = _inputs(3, 4, 3, 5, 2, 1, torch.float32, 4)
+    args = _step_args(per_head, steps, 0, 3, 5)
+    for rows, idx in ((state[:3], None), (state, torch.tensor([3, -1, 1]))):
+        torch.library.opcheck(
+            torch.ops.ssmscan.selective_state_update_.default,
+            (rows.clone(), *args.values(), idx),
+            test_utils=("test_schema", "test_faketensor"),
+        )
+
+
+def test_eager_writes_picked_rows_in_place():
+    """Eager ``selective_state_update`` writes the picked rows of the cache it is given (a strided
+    slice of a larger one) and nothing else: no copy of the cache is made and returned."""
+    state, per_head, steps = _inputs(3, 4, 3, 5, 2, 1, torch.float32, 6, seed=4)
+    idx = torch.tensor([5, -1, 2])
+    _, want_h = _recurrence64(state, per_head, steps, idx)
+    cache = torch.zeros(2, *state.shape)
+    cache[1] = state
+    view = cache[1, :, :, :, :]
+    ssmscan.selective_state_update(
+        view, **_step_args(per_head, steps, 0, 3, 5), state_batch_indices=idx
+    )
+    assert_close_to_reference("state", cache[1], want_h, torch.float32)
+    assert torch.equal(cache[1, [0, 1, 3, 4]], state[[0, 1, 3, 4]])
+    assert torch.equal(cache[0], torch.zeros_like(cache[0]))
+
+
 @pytest.mark.parametrize(
     "dynamic",
     [False, pytest.param(True, marks=pytest.mark.slow)],
@@ -296,10 +325,12 @@ TRITON_CASES = [
     os.environ.get("TRITON_INTERPRET") != "1",
     reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
 )
+@pytest.mark.parametrize("inplace", [False, True], ids=["functional", "inplace"])
 @pytest.mark.parametrize("batch,nheads,headdim,N,ngroups,rows,indices", TRITON_CASES)
-def test_triton_interpreter_k_steps(batch, nheads, headdim, N, ngroups, rows, indices):
+def test_triton_interpreter_k_steps(batch, nheads, headdim, N, ngroups, rows, indices, inplace):
     """The kernel on expanded views and a strided state (a slice of a larger cache), k steps;
-    outputs NaN-poisoned, ``new_state`` holding a copy of the state as the op passes it."""
+    outputs NaN-poisoned; ``new_state`` a fresh tensor (holding a copy of the state where rows
+    are picked, as the functional op passes it) or the state itself (the in-place op)."""
     from ssmscan.ops.selective_state_update import triton_fwd
 
     k = 2
@@ -314,11 +345,16 @@ def test_triton_interpreter_k_steps(batch, nheads, headdim, N, ngroups, rows, in
     for t in range(k):
         args = _step_args(per_head, steps, t, headdim, N)
         out = _poisoned(args["x"])
-        new = h.contiguous() if idx is not None else _poisoned(h)
+        if inplace:
+            new = h
+        else:
+            new = h.contiguous() if idx is not None else _poisoned(h)
         triton_fwd.launch(h, *args.values(), out, new, idx)
         assert_close_to_reference(f"out[{t}]", out, want_out[t], torch.float32)
         h = new
     assert_close_to_reference("state", h, want_h, torch.float32)
+    if inplace:
+        assert h.data_ptr() == cache[:, 1].data_ptr() and torch.equal(cache[:, 0], 0 * cache[:, 0])
 
 
 @pytest.mark.triton
@@ -380,6 +416,7 @@ def test_gpu_k_steps(batch, nheads, headdim, N, ngroups, rows, indices, dtype, c
     )
     fn = ssmscan.selective_state_update
     if compiled:
+        torch.compiler.reset()  # one compile per case, not the recompile limit over the grid
         fn = torch.compile(fn, fullgraph=True)
     h = state.clone()
     for t in range(k):

@@ -12,16 +12,16 @@ from ssmscan.ops.selective_state_update.checks import (
 )
 
 
-def _reads_values_ok(t: torch.Tensor) -> bool:
-    """Whether the index values may be read here: eager, on a real tensor, not while a CUDA
-    graph is being captured."""
-    if torch.compiler.is_compiling() or t.device.type == "meta":
-        return False
+def _traced(t: torch.Tensor) -> bool:
+    """Whether this call is being traced (``torch.compile``, ``torch.export``, fake tensors) rather
+    than run."""
     from torch._subclasses.fake_tensor import is_fake
 
-    if is_fake(t):
-        return False
-    return not (t.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    return torch.compiler.is_compiling() or t.device.type == "meta" or is_fake(t)
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def selective_state_update(
@@ -44,9 +44,11 @@ def selective_state_update(
     Mamba-2's decode layout (4-D ``state``, A / dt / D / dt_bias typically zero-stride views
     expanded over headdim). Unlike mamba-ssm, every shape must match its layout exactly (nothing
     is broadcast) and ``state`` may hold more rows than ``batch`` only with
-    ``state_batch_indices``. The underlying op ``torch.ops.ssmscan.selective_state_update`` is
-    functional and returns ``(out, new_state)``; call it directly (e.g. in exported programs) to
-    keep states immutable.
+    ``state_batch_indices``. In eager the step runs in place through the op
+    ``ssmscan::selective_state_update_``, writing only the picked rows; traced
+    (``torch.compile``, ``torch.export``) it is the functional op
+    ``ssmscan::selective_state_update``, which returns ``(out, new_state)`` (call it directly to
+    keep states immutable) followed by a copy into ``state``.
 
     Args:
         state: (rows, dim, N) or (rows, nheads, headdim, N); the dtype of x or float32 (float64
@@ -93,10 +95,14 @@ def selective_state_update(
     """
     check_selective_state_update_args(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
     check_state_writable(state)
-    if state_batch_indices is not None and _reads_values_ok(state_batch_indices):
+    args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    if _traced(state):
+        # traced: the functional op and a copy, which functionalization turns into an ordinary
+        # graph output (an exported program keeps one functional node)
+        out, new_state = torch.ops.ssmscan.selective_state_update(*args)
+        state.copy_(new_state)
+        return out
+    if state_batch_indices is not None and not _capturing(state_batch_indices):
         check_state_batch_indices_values(state_batch_indices, state.shape[0])
-    out, new_state = torch.ops.ssmscan.selective_state_update(
-        state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices
-    )
-    state.copy_(new_state)
-    return out
+    # eager: in place, only the picked rows written (no copy of the state or the whole cache)
+    return torch.ops.ssmscan.selective_state_update_(*args)

@@ -11,10 +11,14 @@ step is a handful of elementwise ops). No autograd: decoding is inference.
 from __future__ import annotations
 
 import torch
+from torch.library import custom_op
 
-from ssmscan._library import triton_backed_op
+from ssmscan._library import qualname, triton_backed_op
 from ssmscan.ops.selective_state_update.checks import check_selective_state_update_args
-from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
+from ssmscan.ops.selective_state_update.reference import (
+    selective_state_update_reference,
+    updated_rows,
+)
 
 
 @triton_backed_op("selective_state_update")
@@ -56,3 +60,50 @@ def selective_state_update_op(
     out.copy_(y)
     new_state.copy_(h)
     return out, new_state
+
+
+@custom_op(qualname("selective_state_update_"), mutates_args=("state",))
+def selective_state_update_(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_batch_indices: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The same step writing ``state`` in place (only the rows the batch entries pick): out
+    shaped like x, fresh. Eager's path (mamba-ssm's in-place semantics without copying the state
+    or the whole cache); ``torch.compile`` and ``torch.export`` trace the functional op."""
+    check_selective_state_update_args(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.device.type == "cuda" and state.dtype != torch.float64:
+        from ssmscan.ops.selective_state_update import triton_fwd
+
+        triton_fwd.launch(
+            state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, state, state_batch_indices
+        )
+        return out
+    if x.device.type not in ("cpu", "cuda"):
+        raise NotImplementedError(
+            f"ssmscan::selective_state_update_ has kernels for cpu and cuda; got {x.device}"
+        )
+    cdt = torch.float64 if state.dtype == torch.float64 else torch.float32
+    y, h = updated_rows(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, cdt)
+    out.copy_(y.reshape(x.shape))
+    new = h.to(state.dtype).reshape(-1, *state.shape[1:])
+    if state_batch_indices is None:
+        state.copy_(new)
+    else:
+        picked = state_batch_indices >= 0  # eager: the boolean index costs one sync at most
+        state[state_batch_indices[picked]] = new[picked]
+    return out
+
+
+@selective_state_update_.register_fake
+def _(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices=None):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)

@@ -50,6 +50,38 @@ def selective_state_update_reference(
         (torch.Size([1, 2]), torch.Size([1, 2, 3]))
     """
     cdt = compute_dtype or (torch.float64 if state.dtype == torch.float64 else torch.float32)
+    y, h = updated_rows(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, cdt)
+    rows, N, ch = state.shape[0], state.shape[-1], h.shape[1]
+    flat = state.reshape(rows, ch, N)
+    if state_batch_indices is None:
+        new_state = h.to(state.dtype).reshape(state.shape)
+    else:
+        # padding entries (negative index) write a spare row past the end, dropped afterwards
+        valid = state_batch_indices >= 0
+        target = torch.where(valid, state_batch_indices, torch.full_like(state_batch_indices, rows))
+        spare = flat.new_zeros((1, ch, N))
+        new_flat = torch.cat([flat, spare]).index_copy(0, target.long(), h.to(state.dtype))
+        new_state = new_flat[:rows].reshape(state.shape)
+    return y.to(x.dtype).reshape(x.shape), new_state
+
+
+def updated_rows(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    state_batch_indices: torch.Tensor | None,
+    cdt: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step on channels flattened, in ``cdt``: (y (batch, channels), the new state of each
+    batch entry's row (batch, channels, N)); padding entries give y = 0 (their row is row 0's,
+    updated, and must not be written back)."""
     rows, N = state.shape[0], state.shape[-1]
     ch = math.prod(x.shape[1:])
 
@@ -79,14 +111,6 @@ def selective_state_update_reference(
         y = y + D.to(cdt).reshape(ch) * xx
     if z is not None:
         y = y * F.silu(chan(z))
-    if state_batch_indices is None:
-        new_state = h.to(state.dtype).reshape(state.shape)
-    else:
-        # padding entries (negative index) write a spare row past the end, dropped afterwards
-        valid = state_batch_indices >= 0
-        y = torch.where(valid[:, None], y, torch.zeros_like(y))
-        target = torch.where(valid, state_batch_indices, torch.full_like(state_batch_indices, rows))
-        spare = flat.new_zeros((1, ch, N))
-        new_flat = torch.cat([flat, spare]).index_copy(0, target.long(), h.to(state.dtype))
-        new_state = new_flat[:rows].reshape(state.shape)
-    return y.to(x.dtype).reshape(x.shape), new_state
+    if state_batch_indices is not None:
+        y = torch.where((state_batch_indices >= 0)[:, None], y, torch.zeros_like(y))
+    return y, h

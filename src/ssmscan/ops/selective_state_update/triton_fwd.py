@@ -36,7 +36,7 @@ def _selective_state_update_fwd_kernel(
     dt_bias,  # (nheads, P), strided, or a placeholder
     sbi,  # (batch,) int32/int64 state row of each entry, or a placeholder
     out,  # (batch, nheads, P) out, contiguous, x's dtype
-    new_state,  # (rows, nheads, P, N) out, contiguous, state's dtype
+    new_state,  # (rows, nheads, P, N) out, strided, state's dtype (may be ``state`` itself)
     rows,  # state rows
     P,  # channels per head (headdim; dim for Mamba-1)
     N,  # states
@@ -67,6 +67,10 @@ def _selective_state_update_fwd_kernel(
     s_z_p,
     s_bias_h,  # dt_bias strides: head, channel
     s_bias_p,
+    s_ns_r,  # new_state strides: row, head, channel, state
+    s_ns_h,
+    s_ns_p,
+    s_ns_n,
     SOFTPLUS: tl.constexpr,
     NP: tl.constexpr,  # N rounded up to a power of two
     BLOCK_P: tl.constexpr,
@@ -111,8 +115,8 @@ def _selective_state_update_fwd_kernel(
     p_s = state + row * s_st_r + i_h * s_st_h + o_p[:, None] * s_st_p + o_n[None, :] * s_st_n
     h = tl.load(p_s, mask=m_s, other=0.0).to(tl.float32)
     h = tl.exp(b_dt[:, None] * b_A) * h + (b_dt * b_x)[:, None] * b_B
-    o_ns = ((row * nheads + i_h) * P + o_p)[:, None] * N + o_n[None, :]
-    tl.store(new_state + o_ns, h.to(new_state.dtype.element_ty), mask=m_s)
+    p_ns = new_state + row * s_ns_r + i_h * s_ns_h + o_p[:, None] * s_ns_p + o_n[None, :] * s_ns_n
+    tl.store(p_ns, h.to(new_state.dtype.element_ty), mask=m_s)
     y = tl.sum(h * b_C, axis=1)
     if HAS_D:
         b_D = tl.load(Dv + i_h * s_d_h + o_p * s_d_p, mask=m_p, other=0.0).to(tl.float32)
@@ -148,7 +152,9 @@ def launch(
 ) -> None:
     """One step into the preallocated contiguous ``out`` (shaped like x) and ``new_state`` (shaped
     like state; holding a copy of ``state`` when ``state_batch_indices`` is given: Note [state
-    rows]). Either layout of ``selective_state_update``."""
+    rows]). ``new_state`` may be ``state`` itself (the update in place: each program reads its
+    tile before writing it, and no two programs share one). Either layout of
+    ``selective_state_update``."""
     if state.dim() == 3:  # Mamba-1: one head of headdim = dim
         state, new_state = state.unsqueeze(1), new_state.unsqueeze(1)
         x, dt, out, A = x.unsqueeze(1), dt.unsqueeze(1), out.unsqueeze(1), A.unsqueeze(0)
@@ -192,6 +198,7 @@ def launch(
         *_strides(D, 2),
         *_strides(z, 3),
         *_strides(dt_bias, 2),
+        *new_state.stride(),
         SOFTPLUS=dt_softplus,
         NP=NP,
         BLOCK_P=block_p,
