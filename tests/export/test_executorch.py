@@ -106,5 +106,7 @@ def test_parallel_at_a_static_length():
 def test_tiny_lm_logits_and_state():
     model = build_model("tiny").eval()
     ids = torch.randint(0, 256, (1, 37))
-    res = export(model, (ids,), target="executorch")
-    _check_against_eager(res.run(ids), model, (ids,))
+    res = export(model, (ids,), target="executorch", stateful=True)
+    cfg = model.config
+    conv, ssm = torch.zeros(1, cfg.d_inner, cfg.d_conv), torch.zeros(1, cfg.d_inner, cfg.d_state)
+    _check_against_eager(res.run(ids, conv, conv, ssm, ssm), model, (ids,))

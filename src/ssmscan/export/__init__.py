@@ -101,7 +101,9 @@ def export(
 
     Raises:
         ValueError: an unknown target/realization, or a combination that cannot work (a dynamic
-            length with ``realization="parallel"`` or with ``"tensorrt"``), naming the alternative.
+            length with ``realization="parallel"`` or with ``"tensorrt"``, ``dynamic_batch=True``
+            with a static-batch target, ``stateful=True`` for a model that is not a ``MambaLM``),
+            naming the alternative.
         TargetUnavailable: the target's packages or hardware are missing here; says what to install.
         ssmscan.export.tensorrt.NotTensorRTReady: the lowered graph still holds ops Torch-TensorRT
             cannot convert (listed in the message).

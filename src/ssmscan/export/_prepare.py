@@ -161,8 +161,7 @@ def id_ranges(
             rows = weight.meta["val"].shape[0]
             if isinstance(rows, int):
                 hi = min(rows, vocab_size) if vocab_size else rows
-                lo, prev = 0, ranges.get(ids.name, (0, hi))
-                ranges[ids.name] = (lo, min(hi, prev[1]))
+                ranges[ids.name] = (0, min(hi, ranges.get(ids.name, (0, hi))[1]))
     return ranges
 
 
@@ -272,6 +271,9 @@ def prepare(
             )
         module, inputs = FlatOutputs(model), example_inputs
         in_names, out_names = _input_names(model, example_inputs), None
+    # the artifact takes contiguous inputs (ExportResult.run hands them over so); a strided
+    # example (a slice) would make torch.export guard on its strides
+    inputs = tuple(x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs)
     notes = []
     if dynamic_batch:
         batch = Dim(BATCH, min=1)
@@ -330,12 +332,21 @@ def _lm_step(
     if stateful:
         if state is None:
             cfg, weight = model.config, model.lm_head.weight
-            b = ids.shape[0]
-            conv = torch.zeros(b, cfg.d_inner, cfg.d_conv, dtype=weight.dtype, device=ids.device)
+            b, dev = ids.shape[0], ids.device
             sdt = torch.float64 if weight.dtype == torch.float64 else torch.float32
-            ssm = torch.zeros(b, cfg.d_inner, cfg.d_state, dtype=sdt, device=ids.device)
-            state = MambaState((conv,) * n, (ssm,) * n)
-        states = (*state.conv_states, *state.ssm_states)
+            # one tensor per layer: torch.export takes aliased example inputs as one input
+            state = MambaState(
+                tuple(
+                    torch.zeros(b, cfg.d_inner, cfg.d_conv, dtype=weight.dtype, device=dev)
+                    for _ in range(n)
+                ),
+                tuple(
+                    torch.zeros(b, cfg.d_inner, cfg.d_state, dtype=sdt, device=dev)
+                    for _ in range(n)
+                ),
+            )
+        # distinct tensors (a state built as (zeros,) * n_layer would alias its layers)
+        states = tuple(t.clone() for t in (*state.conv_states, *state.ssm_states))
         kinds = [f"conv_state_{i}" for i in range(n)] + [f"ssm_state_{i}" for i in range(n)]
         in_names += kinds
         out_names += [f"next_{k}" for k in kinds]
