@@ -12,6 +12,8 @@ transformers = pytest.importorskip(
     "transformers", reason="the Hugging Face adapter needs the hf extra (transformers)"
 )
 
+from transformers.cache_utils import DynamicCache  # noqa: E402
+
 from ssmscan.integrations.transformers import (  # noqa: E402
     FAMILIES,
     SsmscanFalconMambaMixer,
@@ -164,6 +166,57 @@ def test_greedy_generate_unchanged(family):
     assert got.shape == (2, 29)
     assert all(len(set(row[9:].tolist())) > 3 for row in expected), "continuations should vary"
     assert torch.equal(got, expected)
+
+
+def test_generate_continues_from_its_output(family):
+    """Generate 3 tokens, then 1 more from the returned cache: the 4 equal one 4-token generate."""
+    ref = _build(family, initializer_range=1.0)
+    model = use_ssmscan(copy.deepcopy(ref))
+    ids = _ids(2, 7, seed=2)
+    kwargs = dict(return_dict_in_generate=True, do_sample=False)
+    with torch.no_grad():
+        expected = ref.generate(ids, max_new_tokens=4, **kwargs).sequences
+        full = model.generate(ids, max_new_tokens=4, **kwargs)
+        initial = model.generate(ids, max_new_tokens=3, **kwargs)
+        continued = model.generate(
+            initial.sequences, max_new_tokens=1, cache=initial.cache, **kwargs
+        )
+    assert torch.equal(full.sequences, expected)
+    assert torch.equal(continued.sequences, expected)
+    assert int(continued.cache.get_seq_length()) == int(full.cache.get_seq_length())
+
+
+@pytest.mark.skipif(
+    not hasattr(DynamicCache, "get_recurrent_states_to_keep"),
+    reason="this transformers' cache cannot roll back a recurrent state (added in 5.25), so "
+    "transformers refuses assisted decoding for SSM layers",
+)
+def test_assisted_decoding_equals_greedy(family, monkeypatch):
+    """Full 3-token drafts from a differently seeded (adapted) assistant, mostly rejected: the
+    target's cache rolls back through ``crop`` and the tokens equal transformers' greedy ones.
+    (transformers' own Zamba mixer writes its state in place and keeps no history, so an
+    unadapted Zamba assistant fails in ``crop``.)"""
+    ref = _build(family, initializer_range=1.0)
+    model = use_ssmscan(copy.deepcopy(ref))
+    assistant = use_ssmscan(_build(family, initializer_range=1.0, seed=1))
+    assistant.generation_config.num_assistant_tokens = 3
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.assistant_confidence_threshold = 0.0
+    crops = []
+    crop = DynamicCache.crop
+
+    def recording_crop(self, tokens_to_remove):
+        crops.append((self, tokens_to_remove))
+        return crop(self, tokens_to_remove)
+
+    monkeypatch.setattr(DynamicCache, "crop", recording_crop)
+    ids = _ids(1, 9, seed=5)
+    kwargs = dict(max_new_tokens=10, do_sample=False, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        expected = ref.generate(ids, **kwargs)
+        got = model.generate(ids, assistant_model=assistant, return_dict_in_generate=True, **kwargs)
+    assert sum(-n for cache, n in crops if cache is got.cache and n < 0) > 0
+    assert torch.equal(got.sequences, expected)
 
 
 def test_bfloat16_model(models):
