@@ -168,6 +168,10 @@ def test_greedy_generate_unchanged(family):
     assert torch.equal(got, expected)
 
 
+@pytest.mark.skipif(
+    not hasattr(DynamicCache, "increase_count"),
+    reason="this transformers' cache keeps no token count for SSM layers (added in 5.25)",
+)
 def test_generate_continues_from_its_output(family):
     """Generate 3 tokens, then 1 more from the returned cache: the 4 equal one 4-token generate."""
     ref = _build(family, initializer_range=1.0)
