@@ -4,7 +4,7 @@ TRITON_INTERPRET must be set before a ``@triton.jit`` function is defined (decor
 it is set here, at collection, before the test modules import the kernel modules. On a machine
 with CUDA the variable is left alone: the ``gpu`` tests need compiled kernels.
 
-Also a shim for Triton 3.6's interpreter under NumPy >= 2.4: the interpreter keeps scalars as
+Also a shim for Triton's interpreter (3.6, 3.7) under NumPy >= 2.4: the interpreter keeps scalars as
 1-element 1-D arrays and converts them with ``int(array)`` when a kernel loops over a runtime
 integer (``for i in range(0, n)``), which NumPy 2.4 made an error ("only 0-dimensional arrays can
 be converted to Python scalars"); ``tensor.__index__`` is re-installed with ``.item()``.
@@ -22,7 +22,9 @@ def _patch_interpreter_for_numpy2() -> None:
         return
     if getattr(interpreter, "_ssmscan_index_patched", False):
         return
-    original = interpreter._patch_lang_tensor
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:  # an interpreter without the hook (not 3.6 / 3.7): nothing to patch
+        return
 
     def patched(tensor, scope):
         original(tensor, scope)
