@@ -276,3 +276,16 @@ def test_subclassed_mixer_is_rejected():
     model.backbone.layers[0].mixer.__class__ = CustomMixer
     with pytest.raises(TypeError, match="CustomMixer"):
         use_ssmscan(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("use_cache", [False, True], ids=["nocache", "cache"])
+def test_compile_fullgraph_aot_eager(models, use_cache):
+    torch._dynamo.reset()
+    _, model = models
+    ids = _ids(2, 21, seed=9)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        expected = model(ids, use_cache=use_cache).logits
+        got = compiled(ids, use_cache=use_cache).logits
+    assert_close_to_reference("compiled", got, expected, F32)
