@@ -6,6 +6,10 @@ The op is functional (returns ``(out, new_state)``, mutates nothing), so ``torch
 functionalization turns into an ordinary copy under compile. CUDA: the Triton kernel through
 ``wrap_triton`` (float64 states: the aten path, in float64); CPU: the same math in aten ops (one
 step is a handful of elementwise ops). No autograd: decoding is inference.
+
+``ssmscan::selective_state_update_`` is the same step in place (mutates ``state``, returns
+``out``), writing only the rows the batch entries pick: eager's path, so a step costs one pass
+over the picked rows rather than copies of the whole state or cache.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ import torch
 from torch.library import custom_op
 
 from ssmscan._library import qualname, triton_backed_op
-from ssmscan.ops.selective_state_update.checks import check_selective_state_update_args
+from ssmscan.ops.selective_state_update.checks import (
+    check_selective_state_update_args,
+    check_state_writable,
+)
 from ssmscan.ops.selective_state_update.reference import (
     selective_state_update_reference,
     updated_rows,
@@ -80,6 +87,7 @@ def selective_state_update_(
     shaped like x, fresh. Eager's path (mamba-ssm's in-place semantics without copying the state
     or the whole cache); ``torch.compile`` and ``torch.export`` trace the functional op."""
     check_selective_state_update_args(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    check_state_writable(state)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.device.type == "cuda" and state.dtype != torch.float64:
         from ssmscan.ops.selective_state_update import triton_fwd
