@@ -45,7 +45,8 @@ def segment_ids(seq_idx: torch.Tensor) -> torch.Tensor:
     the state of sequence 0.
     """
     s = seq_idx.to(torch.int64)
-    prev = torch.cat([torch.zeros_like(s[:, :1]), s[:, :-1]], dim=1)
+    L = s.shape[1]
+    prev = torch.cat([torch.zeros_like(s[:, :1]), s], dim=1)[:, :L]  # no size L - 1 (symbolic L)
     return torch.cumsum((s != prev).to(torch.int64), dim=1)
 
 

@@ -55,8 +55,8 @@ def _pieces(
     cdt = state_dtype(x.dtype)
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    pad = (Q - L % Q) % Q
-    nc = (L + pad) // Q
+    nc = (L + Q - 1) // Q
+    pad = nc * Q - L
 
     def chunked(t: torch.Tensor) -> torch.Tensor:  # (b, L, ...) -> (b, c, Q, ...), cdt
         t = F.pad(t.to(cdt), (0, 0) * (t.dim() - 2) + (0, pad))
@@ -71,18 +71,19 @@ def _pieces(
     cs_last = cs[..., -1]  # (b, c, H)
 
     tril = torch.ones(Q, Q, dtype=torch.bool).tril()
+    keep = tril
+    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     if seq_idx is not None:
         seg = segment_ids(seq_idx)
         seg = torch.cat([seg, seg[:, -1:].expand(b, pad)], dim=1).reshape(b, nc, Q)
         last = seg[..., -1]  # (b, c)
         prev = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)
         keep = (tril & (seg[..., :, None] == seg[..., None, :]))[:, :, None]  # (b, c, 1, Q, Q)
-        m_end = (seg == last[..., None]).to(cdt)[..., None]  # (b, c, Q, 1)
-        m_start = (seg == prev[..., None]).to(cdt)[..., None]
-        m_carry = (last == prev).to(cdt)[..., None]  # (b, c, 1)
-    else:
-        keep = tril
-        m_end = m_start = m_carry = None
+        masks = (
+            (seg == prev[..., None]).to(cdt)[..., None],  # (b, c, Q, 1) sees the carry
+            (seg == last[..., None]).to(cdt)[..., None],  # (b, c, Q, 1) reaches the end
+            (last == prev).to(cdt)[..., None],  # (b, c, 1) the carry goes through
+        )
 
     diff = cs[..., :, None] - cs[..., None, :]
     decay = torch.exp(diff.masked_fill(~keep, float("-inf")))
@@ -90,8 +91,8 @@ def _pieces(
     w_start = torch.exp(cs).transpose(2, 3)
     w_end = torch.exp(cs_last[..., None] - cs).transpose(2, 3)
     carry = torch.exp(cs_last)
-    if m_end is not None:
-        w_start, w_end, carry = w_start * m_start, w_end * m_end, carry * m_carry
+    if masks is not None:
+        w_start, w_end, carry = w_start * masks[0], w_end * masks[1], carry * masks[2]
 
     # each chunk's own state at its end: per group, (heads x P, Q) @ (Q, N)
     xw = (xdt * w_end[..., None]).reshape(b, nc, Q, G, (H // G) * P).permute(0, 1, 3, 4, 2)
@@ -194,19 +195,19 @@ def ssd_backward(
     G, N = B.shape[2], B.shape[3]
     hg, Q = H // G, chunk_size
     if L == 0:
-        grads = {
+        zero = {
             k: torch.zeros(t.shape, dtype=cdt) for k, t in dict(x=x, dt=dt, A=A, B=B, C=C).items()
         }
         for k, t in dict(D=D, z=z, dt_bias=dt_bias).items():
             if t is not None:
-                grads[k] = torch.zeros(t.shape, dtype=cdt)
+                zero[k] = torch.zeros(t.shape, dtype=cdt)
         if initial_states is not None:
-            grads["initial_states"] = (
+            zero["initial_states"] = (
                 dfinal_states.to(cdt)
                 if dfinal_states is not None
                 else torch.zeros(initial_states.shape, dtype=cdt)
             )
-        return grads
+        return zero
     p = _pieces(x, dt, A, B, C, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max, Q)
     nc = p.d.shape[1]
     pad = nc * Q - L

@@ -3,8 +3,8 @@ tested against.
 
 * ``ssd_scan_reference``: one timestep at a time, in float64 when asked.
 * ``ssd_scan_chunked_reference``: the chunked (matmul) form of README.md's Note [SSD chunked
-  form], in pure aten with no control flow on tensor values and no loop over chunks, so it
-  traces with a dynamic length; differentiable by autograd.
+  form], in pure aten with no control flow on tensor values and no loop over chunks;
+  differentiable by autograd.
 
 Never imports a fast path.
 """
@@ -148,9 +148,11 @@ def ssd_scan_chunked_reference(
     of ``chunk_size`` steps, masked (C·Bᵀ ∘ decays) @ (dt·x); across chunks, the chunk states
     combined by a (chunks+1)² decay matrix (a matmul, no loop), then read out through C.
 
-    Pure aten, no control flow on tensor values, no loop: it traces with a dynamic L (the input
-    is zero-padded to a whole number of chunks; padded steps have dt = 0, so they neither decay
-    nor add to the state). Same arguments as ``ssd_scan_reference``.
+    Pure aten, no control flow on tensor values, no loop over chunks (the input is zero-padded
+    to a whole number of chunks; padded steps have dt = 0, so they neither decay nor add to the
+    state). Same arguments as ``ssd_scan_reference``. It exports for a static length; with a
+    symbolic L, the einsums' reshapes of the chunk dimension produce guards symbolic shapes
+    cannot discharge (``L // Q`` products), which a graph realization has to restructure.
 
     Returns:
         ``(out, final_states)``: (batch, L, nheads, headdim) in ``x``'s dtype and
@@ -169,11 +171,10 @@ def ssd_scan_chunked_reference(
     batch, L, nheads, headdim = x.shape
     dstate = B.shape[-1]
     Q = chunk_size
-    pad = (Q - L % Q) % Q
+    nc = (L + Q - 1) // Q
+    pad = nc * Q - L
     d = process_dt(dt, dt_bias, dt_softplus, dt_limit[0], dt_limit[1], cdt)
     xx = x.to(cdt)
-
-    nc = (L + pad) // Q
 
     def chunks(t: torch.Tensor) -> torch.Tensor:  # (batch, L, ...) -> (batch, c, Q, ...)
         t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad))
@@ -187,20 +188,18 @@ def ssd_scan_chunked_reference(
     cs = torch.cumsum(log_a, dim=-1)
     xdt = xc * dc[..., None]
 
+    same = to_end = from_start = chunk_same = None
     if seq_idx is not None:
         seg = segment_ids(seq_idx)
-        seg = torch.cat([seg, seg[:, -1:].expand(batch, pad)], dim=1) if pad else seg
+        seg = torch.cat([seg, seg[:, -1:].expand(batch, pad)], dim=1)
         segc = seg.reshape(batch, nc, Q)  # (b, c, Q); padding continues the last sequence
-        same = segc[..., :, None] == segc[..., None, :]  # (b, c, Q, Q)
         last = segc[..., -1]  # (b, c)
         prev = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)
         to_end = (segc == last[..., None]).to(cdt)[:, None]  # (b, 1, c, Q)
         from_start = (segc == prev[..., None]).to(cdt)[:, None]
         ends = torch.cat([torch.zeros_like(last[:, :1]), last], dim=1)  # (b, c+1)
         chunk_same = (ends[:, :, None] == ends[:, None, :])[:, None]  # (b, 1, c+1, c+1)
-        same = same[:, None]
-    else:
-        same = to_end = from_start = chunk_same = None
+        same = (segc[..., :, None] == segc[..., None, :])[:, None]  # (b, 1, c, Q, Q)
 
     # 1. within chunks: y_i = sum_{j<=i} (C_i . B_j) exp(cs_i - cs_j) dt_j x_j
     decay = _segsum_decay(log_a, same)  # (b, h, c, Q, Q)
