@@ -17,6 +17,7 @@ from torch.library import register_autograd
 
 from ssmscan._library import qualname, triton_backed_op
 from ssmscan.ops.selective_scan import cpu
+from ssmscan.ops.selective_scan.checks import check_canonical_forms
 
 
 def _check_device_supported(u: torch.Tensor) -> None:
@@ -41,6 +42,7 @@ def selective_scan_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forward scan: returns (out, last_state, checkpoints); see ``shapes`` for the contract."""
     _check_device_supported(u)
+    check_canonical_forms("ssmscan::selective_scan_fwd", A, B, C)
     if u.device.type == "cuda":
         from ssmscan.ops.selective_scan import triton_fwd
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ssmscan.ops.selective_scan.checks import check_canonical_forms
 from ssmscan.ops.selective_scan.shapes import state_dtype
 from ssmscan.scan import Algorithm, affine_scan
 
@@ -51,6 +52,7 @@ def grouped_inputs(
         ``dt`` and ``dt * u`` as (batch, G, dim // G, L), ``A`` as (G, dim // G, N), ``B`` and
         ``C`` as (batch, G, N, L), all in the state dtype.
     """
+    check_canonical_forms("the parallel and loop realizations", A, B, C)
     cdt = state_dtype(u.dtype)
     batch, dim, L = u.shape
     N = A.shape[1]
