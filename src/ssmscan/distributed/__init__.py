@@ -6,8 +6,9 @@ O(batch * dim * N) numbers per call, never activations (Note [context-parallel s
 ``_comm``).
 
 ``torch.compile``: verified on 2 gloo ranks with the default (graph breaks allowed): the local
-scans compile, the collectives and the once-per-call cross-rank check (which reads a small
-metadata tensor to the host) run eagerly between graphs; outputs equal eager. ``fullgraph=True``
+scans compile, the collectives and the cross-rank checks (one per call in each direction, each
+reading a small metadata tensor to the host) run eagerly between graphs; outputs and gradients
+equal eager. ``fullgraph=True``
 is not supported (the metadata check is data-dependent; the collectives are c10d, not
 functional collectives).
 """

@@ -3,13 +3,17 @@ causal convolution needs from earlier ranks)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
 from ssmscan.distributed._comm import (
-    all_gather,
+    GRAD_MODE,
     any_requires_grad,
     check_across_ranks,
+    dtype_code,
+    exchange,
     rank_and_world,
     tie,
 )
@@ -32,7 +36,13 @@ def prefix_halo(
         group: the process group whose ranks hold the shards (default group when None).
 
     Returns:
-        (..., width), ``x``'s dtype.
+        (..., width), ``x``'s dtype. Under autograd, every rank backpropagates through it as
+        ``ssmscan.distributed.selective_scan``'s results (its Autograd paragraph).
+
+    Raises:
+        ValueError on every rank when the ranks disagree on ``width``, x's number of
+        dimensions, leading shape or dtype, when a shard is empty or ``width`` is negative;
+        RuntimeError on every rank when the ranks' calls or backward passes are out of step.
 
     Example:
         >>> import torch, torch.distributed as dist
@@ -44,30 +54,32 @@ def prefix_halo(
         >>> dist.destroy_process_group()
     """
     rank, world = rank_and_world(group)
-    if width < 0:
-        raise ValueError(f"width must be >= 0; got {width}")
+    error = ValueError(f"width must be >= 0; got {width}") if width < 0 else None
     L = x.shape[-1]
-    grad = any_requires_grad(x)
     fields = [
         ("the shard length (x.shape[-1])", L),
         ("x.dim()", x.dim()),
-        ("whether grad mode is on and x requires grad (all ranks must agree)", int(grad)),
+        ("the product of x's leading dimensions", math.prod(x.shape[:-1])),
+        ("dtype of x", dtype_code(x.dtype)),
+        ("width", width),
+        (GRAD_MODE, int(torch.is_grad_enabled())),
     ]
-    meta = check_across_ranks(
+    call = check_across_ranks(
         "ssmscan.distributed.prefix_halo",
         fields,
-        None,
+        error,
         group,
         x.device,
         "the shard length (x.shape[-1])",
+        any_requires_grad(x),
     )
     halo = x.new_zeros((*x.shape[:-1], width))
     if world == 1 or width == 0:
         return halo
     take = min(L, width)
     tail = torch.cat([x.new_zeros((*x.shape[:-1], width - take)), x[..., L - take :]], dim=-1)
-    tails = all_gather(tail, group, requires_grad=grad)  # (world, ..., width)
+    tails = exchange(tail, call, [x])  # (world, ..., width)
     for j in range(rank):
-        n = min(meta[j][1], width)
+        n = min(call.fields[j][0], width)
         halo = torch.cat([halo, tails[j][..., width - n :]], dim=-1)[..., -width:]
-    return tie(halo, tails) if rank == 0 else halo
+    return tie(halo, tails)

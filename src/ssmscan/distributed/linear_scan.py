@@ -9,10 +9,11 @@ import torch
 import torch.distributed as dist
 
 from ssmscan.distributed._comm import (
-    all_gather,
+    GRAD_MODE,
     any_requires_grad,
     check_across_ranks,
     dtype_code,
+    exchange,
     rank_and_world,
     tie,
 )
@@ -37,7 +38,7 @@ _FIELDS = (
     "reverse",
     "whether initial is given on a rank other than the first in scan order",
     "the product of b's other dimensions",
-    "whether grad mode is on and an input requires grad (all ranks must agree)",
+    GRAD_MODE,
     *(f"b's other dimension {i} (the shape without dim)" for i in range(_MAX_DIMS)),
 )
 
@@ -81,7 +82,14 @@ def linear_scan(
     ``reverse``; shards may differ in length but none may be empty) and gets its slice of the
     single-process result; gradients are this rank's share of the single-process gradients.
     Ranks exchange one tensor of b's shape without ``dim`` (times 2) each way per call, plus a
-    small metadata all-gather that checks the ranks agree.
+    small metadata all-gather that checks the ranks agree, in each direction.
+
+    Autograd: when grad mode is on and any rank's inputs require grad, every rank's results
+    require grad (also on a rank whose own inputs do not), and every rank must backpropagate
+    through them as many times and in the same order relative to its other
+    ``ssmscan.distributed`` calls; what each rank differentiates is free (``backward()``,
+    ``torch.autograd.grad`` over any subset of inputs, ``retain_graph``). Ranks out of step
+    raise ``RuntimeError`` on every rank rather than wait (Note [metadata rows] in ``_comm``).
 
     Args:
         a: decay, this rank's shard, same shape and dtype as ``b``.
@@ -98,7 +106,8 @@ def linear_scan(
 
     Raises:
         ValueError on every rank when the ranks disagree on shapes, ``dim``, dtype or ``reverse``,
-        when a shard is empty, or when any rank's arguments are invalid.
+        when a shard is empty, or when any rank's arguments are invalid; RuntimeError on every
+        rank when the ranks' calls or backward passes are out of step.
 
     Example:
         >>> import torch, torch.distributed as dist
@@ -128,13 +137,15 @@ def linear_scan(
             int(reverse),
             int(initial is not None and rank != first),
             numel,
-            int(grad),
+            int(torch.is_grad_enabled()),
             *(others + [-1] * _MAX_DIMS)[:_MAX_DIMS],
         ]
     except (TypeError, ValueError) as e:
         error, values = e, [0] * len(_FIELDS)
     device = b.device if isinstance(b, torch.Tensor) else torch.device("cpu")
-    check_across_ranks(_NAME, list(zip(_FIELDS, values)), error, group, device, _LENGTH)
+    call = check_across_ranks(
+        _NAME, list(zip(_FIELDS, values)), error, group, device, _LENGTH, grad
+    )
 
     if world == 1:
         return _local_scan(a, b, dim, reverse, initial)
@@ -151,9 +162,7 @@ def linear_scan(
     else:  # nobody reads the map of the shard scanned last
         shape = [s for i, s in enumerate(b.shape) if i != dim]
         S = P = torch.zeros(shape, dtype=acc, device=b.device)
-    maps = all_gather(
-        torch.stack([P, S]), group, requires_grad=grad
-    )  # (world, 2, *shape without dim)
+    maps = exchange(torch.stack([P, S]), call, [a, b, initial])  # (world, 2, *shape without dim)
     if pos == 0:
         assert h is not None
         return tie(h, maps)

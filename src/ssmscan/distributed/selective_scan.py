@@ -16,10 +16,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ssmscan.distributed._comm import (
-    all_gather,
+    GRAD_MODE,
     any_requires_grad,
     check_across_ranks,
     dtype_code,
+    exchange,
     rank_and_world,
     tie,
 )
@@ -44,7 +45,7 @@ _FIELDS = (
     "delta_softplus",
     "return_last_state",
     "whether initial_state is given on a rank after 0 (only rank 0 may pass one)",
-    "whether grad mode is on and an input requires grad (all ranks must agree)",
+    GRAD_MODE,
 )
 
 
@@ -59,7 +60,6 @@ def _fields(
     return_last_state: bool,
     initial_state: torch.Tensor | None,
     rank: int,
-    grad: bool,
 ) -> list[int]:
     batch, dim, L = u.shape
     return [
@@ -77,7 +77,7 @@ def _fields(
         int(delta_softplus),
         int(return_last_state),
         int(initial_state is not None and rank > 0),
-        int(grad),
+        int(torch.is_grad_enabled()),
     ]
 
 
@@ -117,8 +117,14 @@ def selective_scan(
     single-process gradient (sum parameter gradients over ranks, as for data parallelism).
 
     Ranks exchange one (2, batch, dim, N) tensor each way per call (state dtype), plus a small
-    metadata all-gather that checks the ranks agree (one host sync). Every rank must
-    backpropagate through at least one returned tensor when any rank does.
+    metadata all-gather that checks the ranks agree (one host sync), in each direction.
+
+    Autograd: when grad mode is on and any rank's inputs require grad, every rank's results
+    require grad (also on a rank whose own inputs do not), and every rank must backpropagate
+    through them as many times and in the same order relative to its other
+    ``ssmscan.distributed`` calls; what each rank differentiates is free (``backward()``,
+    ``torch.autograd.grad`` over any subset of inputs, ``retain_graph``). Ranks out of step
+    raise ``RuntimeError`` on every rank rather than wait (Note [metadata rows] in ``_comm``).
 
     Args:
         u, delta, z: this rank's shard, (batch, dim, L_r), as ``ssmscan.selective_scan``.
@@ -137,7 +143,8 @@ def selective_scan(
 
     Raises:
         ValueError on every rank when the ranks disagree on batch, dim, N, groups, dtypes or the
-        optional arguments, when a shard is empty, or when any rank's arguments are invalid.
+        optional arguments, when a shard is empty, or when any rank's arguments are invalid;
+        RuntimeError on every rank when the ranks' calls or backward passes are out of step.
 
     Example:
         >>> import torch, torch.distributed as dist
@@ -157,12 +164,14 @@ def selective_scan(
         check_selective_scan_args(u, delta, A, B, C, D, z, delta_bias, initial_state)
         grad = any_requires_grad(u, delta, A, B, C, D, z, delta_bias, initial_state)
         values = _fields(
-            u, A, B, D, z, delta_bias, delta_softplus, return_last_state, initial_state, rank, grad
+            u, A, B, D, z, delta_bias, delta_softplus, return_last_state, initial_state, rank
         )
     except (TypeError, ValueError) as e:
         error, values = e, [0] * len(_FIELDS)
     device = u.device if isinstance(u, torch.Tensor) else torch.device("cpu")
-    check_across_ranks(_NAME, list(zip(_FIELDS, values)), error, group, device, _LENGTH)
+    call = check_across_ranks(
+        _NAME, list(zip(_FIELDS, values)), error, group, device, _LENGTH, grad
+    )
 
     def scan(
         init: torch.Tensor | None, D_: torch.Tensor | None, z_: torch.Tensor | None
@@ -186,7 +195,9 @@ def selective_scan(
         P = _decay_product(delta, A, delta_bias, delta_softplus)
     else:  # nobody reads the last shard's map
         S = P = torch.zeros(batch, dim, A.shape[1], dtype=sdt, device=u.device)
-    maps = all_gather(torch.stack([P, S]), group, requires_grad=grad)  # (world, 2, batch, dim, N)
+    maps = exchange(
+        torch.stack([P, S]), call, [u, delta, A, B, C, D, z, delta_bias, initial_state]
+    )  # (world, 2, batch, dim, N)
     if rank == 0:
         assert first is not None
         out, last = tie(first[0], maps), tie(first[1], maps)
