@@ -195,6 +195,14 @@ def test_generate_continues_from_its_output(family):
     reason="this transformers' cache cannot roll back a recurrent state (added in 5.25), so "
     "transformers refuses assisted decoding for SSM layers",
 )
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param("FalconMamba", marks=pytest.mark.slow),  # the Mamba path with norms
+        pytest.param("Jamba", marks=pytest.mark.slow),
+        "Zamba",  # the state cached per head; transformers' own mixer cannot roll back
+    ],
+)
 def test_assisted_decoding_equals_greedy(family, monkeypatch):
     """Full 3-token drafts from a differently seeded (adapted) assistant, mostly rejected: the
     target's cache rolls back through ``crop`` and the tokens equal transformers' greedy ones.
