@@ -12,8 +12,9 @@ dt_bias with softplus, D per head, A = -exp(0.5 * randn), dt in [1e-3, 0.1]. Var
 
 * ``ssmscan``: ``ssmscan.ssd_scan`` (the planner's chunk size).
 * ``transformers``: transformers' own pure-PyTorch SSD, ``mamba2_chunk_scan`` from
-  ``models/mamba2/modeling_mamba2.py`` (what ``Mamba2Mixer`` runs on CPU), imported and called
-  as the mixer calls it, at Mamba2Config's default chunk 256 and at 64.
+  ``models/mamba2/modeling_mamba2.py`` (what ``Mamba2Mixer`` runs on CPU), imported from an
+  installed transformers 5.25 (else its 5.25 code, copied below) and called as the mixer calls
+  it, at Mamba2Config's default chunk 256 and at 64.
 * ``ssd_minimal``: mamba-ssm's ``ssd_minimal_discrete`` (mamba_ssm/modules/ssd_minimal.py,
   Listing 1 of the Mamba-2 paper), copied below with its einops rearranges written as torch
   reshapes, at block 64 (its fastest here) and 256; it needs L divisible by the block.
@@ -85,8 +86,186 @@ def minimal_variant(block):
     return run
 
 
+# --- transformers 5.25's mamba2_chunk_scan (models/mamba2/modeling_mamba2.py), copied --------
+# Used when the installed transformers is another version (older ones computed C·Bᵀ through a
+# broadcast product, a different and much slower anchor). Apache-2.0, the HuggingFace team.
+def _tf_pad_tensor_by_size(input_tensor: torch.Tensor, pad_size: int):
+    """
+    Padding x tensor with `pad_size` on the seq_len dim (dim=1)
+
+    Assumes that we only have tensors of either size 4 or 3
+    """
+    pad_shape = (
+        (0, 0, 0, 0, 0, pad_size, 0, 0)
+        if len(input_tensor.shape) == 4
+        else (0, 0, 0, pad_size, 0, 0)
+    )
+
+    return torch.nn.functional.pad(input_tensor, pad_shape, mode="constant", value=0)
+
+
+def _tf_reshape_into_chunks(input_tensor, pad_size, chunk_size):
+    """
+    Padding input_tensor with `pad_size` on the seq_len dim (dim=1) and
+    simultaneously splitting it into chunk sequences.
+
+    Assumes that we only have tensors of either size 4 or 3
+    """
+    # [bsz, seq_len, ...] -> [bsz, seq_len multiple of chunk_size, ...]
+    input_tensor = _tf_pad_tensor_by_size(input_tensor, pad_size)
+
+    if len(input_tensor.shape) == 3:
+        # [bsz, seq_len multiple of chunk_size, num_heads] -> [bsz, -1, chunk_size, num_heads]
+        return input_tensor.reshape(input_tensor.shape[0], -1, chunk_size, input_tensor.shape[2])
+    else:
+        # [bsz, seq_len multiple of chunk_size, num_heads, head_dim or state_size] -> [bsz, -1, chunk_size, num_heads, head_dim or state_size]
+        return input_tensor.reshape(
+            input_tensor.shape[0], -1, chunk_size, input_tensor.shape[2], input_tensor.shape[3]
+        )
+
+
+def _tf_segment_sum(input_tensor):
+    """
+    More stable segment sum calculation. Uses cumulative sums and masking instead of direct subtractions.
+    """
+    chunk_size = input_tensor.size(-1)
+    # 1. expand input tensor to have an additional dimension and repeat along that dimension
+    # [..., chunk_size] -> [..., chunk_size, chunk_size]
+    input_tensor = input_tensor[..., None].expand(*input_tensor.size(), chunk_size)
+    # 2. create a lower triangular mask with the diagonal set to 0 to 0 out elements above diag
+    mask = torch.tril(
+        torch.ones(chunk_size, chunk_size, device=input_tensor.device, dtype=torch.bool),
+        diagonal=-1,
+    )
+    input_tensor = input_tensor.masked_fill(~mask, 0)
+    # 3. compute actual cumsum
+    tensor_segsum = torch.cumsum(input_tensor, dim=-2)
+
+    # 4. apply mask to keep only the lower triangular part of the cumulative sum result (incl diagonal this time)
+    mask = torch.tril(
+        torch.ones(chunk_size, chunk_size, device=input_tensor.device, dtype=torch.bool), diagonal=0
+    )
+    tensor_segsum = tensor_segsum.masked_fill(~mask, -torch.inf)
+    return tensor_segsum
+
+
+def _tf525_mamba2_chunk_scan(
+    hidden_states: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_states: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    dt_limit: tuple[float, float] = (0.0, float("inf")),
+    return_final_states: bool = False,
+    **kwargs,
+):
+    batch_size, sequence_length, num_heads, head_dim = hidden_states.shape
+    num_groups = B.shape[2]
+
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1])
+
+    hidden_states = hidden_states.float()
+    B = B.float().repeat_interleave(num_heads // num_groups, dim=2, output_size=num_heads)
+    C = C.float().repeat_interleave(num_heads // num_groups, dim=2, output_size=num_heads)
+
+    pad_size = (chunk_size - sequence_length % chunk_size) % chunk_size
+    D_residual = None
+    if D is not None:
+        D_residual = D[..., None] * _tf_pad_tensor_by_size(hidden_states, pad_size)
+
+    # Discretize x and A
+    hidden_states = hidden_states * dt[..., None].float()
+    A = A.to(hidden_states.dtype) * dt.float()
+
+    # Rearrange into blocks/chunks. This fixes the layout the einsums below are written against:
+    # b = batch, c = chunk index, l and s = positions within a chunk, h = head, p = head_dim,
+    # n = ssm state. So hidden_states is (b, c, l, h, p) and B and C are (b, c, l, h, n).
+    hidden_states, A, B, C = [
+        _tf_reshape_into_chunks(tensor, pad_size, chunk_size) for tensor in (hidden_states, A, B, C)
+    ]
+
+    A = A.permute(0, 3, 1, 2)
+    A_cumsum = torch.cumsum(A, dim=-1)
+
+    # 1. Compute the output for each intra-chunk (diagonal blocks)
+    # This is the analog of a causal mask
+    L = torch.exp(_tf_segment_sum(A))
+
+    # Contraction of C and B to get G (attention-weights like): sum over the state n, leaving a
+    # position-by-position score per head. (b,c,l,h,n) x (b,c,s,h,n) -> (b,c,l,s,h).
+    G = torch.einsum("bclhn,bcshn->bclsh", C, B)
+
+    # Compute M, equivalent to applying attention mask to weights
+    M = G * L.permute(0, 2, 3, 4, 1)
+
+    # Compute Y_diag (apply to values): sum over the source position s. (b,c,l,s,h) x (b,c,s,h,p)
+    # -> (b,c,l,h,p).
+    Y_diag = torch.einsum("bclsh,bcshp->bclhp", M, hidden_states)
+
+    # 2. Compute the state for each intra-chunk
+    # (right term of low-rank factorization of off-diagonal blocks; B terms)
+    decay_states = torch.exp(A_cumsum[:, :, :, -1:] - A_cumsum)
+    B_decay = B * decay_states.permute(0, -2, -1, 1)[..., None]
+    # Sum over the positions l in the chunk: (b,c,l,h,n) x (b,c,l,h,p) -> (b,c,h,p,n).
+    states = torch.einsum("bclhn,bclhp->bchpn", B_decay, hidden_states)
+
+    # 3. Compute the inter-chunk SSM recurrence; produces correct SSM states at chunk boundaries
+    # (middle term of factorization of off-diag blocks; A terms)
+    previous_states = (
+        initial_states[:, None].to(dtype=states.dtype, device=states.device)
+        if initial_states is not None
+        else torch.zeros_like(states[:, :1])
+    )
+    states = torch.cat([previous_states, states], dim=1)
+    decay_chunk = torch.exp(_tf_segment_sum(F.pad(A_cumsum[:, :, :, -1], (1, 0)))).transpose(1, 3)
+    # Sum over the source chunk z to get each chunk's start state: (b,z,c,h) x (b,z,h,p,n) -> (b,c,h,p,n).
+    new_states = torch.einsum("bzch,bzhpn->bchpn", decay_chunk, states)
+    states, final_state = new_states[:, :-1], new_states[:, -1]
+
+    # 4. Compute state -> output conversion per chunk
+    # (left term of low-rank factorization of off-diagonal blocks; C terms)
+    state_decay_out = torch.exp(A_cumsum)
+    # Sum over the state n again, now against each chunk's start state: (b,c,l,h,n) x (b,c,h,p,n)
+    # -> (b,c,l,h,p).
+    C_times_states = torch.einsum("bclhn,bchpn->bclhp", C, states)
+    Y_off = C_times_states * state_decay_out.permute(0, 2, 3, 1)[..., None]
+
+    # Add output of intra-chunk and inter-chunk terms (diagonal and off-diagonal blocks).
+    # `contiguous` because einsum may return a permuted view, and callers such as FalconH1Mixer
+    # call `.view()` on this return value, which a permuted view refuses.
+    output = (Y_diag + Y_off).contiguous()
+    output = output.reshape(batch_size, -1, num_heads, head_dim)
+
+    if D_residual is not None:
+        output = output + D_residual
+
+    # Cutting off padded chunks
+    if pad_size > 0:
+        output = output[:, :sequence_length]
+
+    if return_final_states:
+        return output, final_state
+
+    return output
+
+
 def transformers_variant(chunk):
-    from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+    """transformers' pure-PyTorch SSD: the installed one when it is 5.25, else the copy above."""
+    import transformers
+
+    if transformers.__version__ == "5.25.0":
+        from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+    else:
+        mamba2_chunk_scan = _tf525_mamba2_chunk_scan
 
     def run(x, dt, A, B, C, D, dt_bias):
         return mamba2_chunk_scan(
