@@ -26,7 +26,6 @@ from ._common import (
     has_dynamic_dims,
     quiet_known_noise,
 )
-from ._prepare import prepare
 from ._signature import Signature, TensorSpec
 
 __all__ = [
@@ -178,6 +177,8 @@ def _export(
                 "target 'tensorrt' cannot take realization='loop' (Torch-TensorRT has no converter "
                 "for higher_order.scan); use realization='parallel' or None"
             )
+    from ._prepare import prepare  # imports torch.export: not at ``import ssmscan``
+
     prepared = prepare(model, example_inputs, dynamic_shapes, dynamic_batch, stateful)
     if target == "export":
         from . import program

@@ -257,11 +257,11 @@ def prepare(
         )
     specs = _positional(model, example_inputs, dynamic_shapes)
     vocab_size = None
+    module: torch.nn.Module
     if _is_lm(model):
-        module, inputs, specs, in_names, out_names = _lm_step(
-            model, example_inputs, specs, stateful
-        )
-        vocab_size = model.config.vocab_size
+        lm: Any = model  # a MambaLM
+        module, inputs, specs, in_names, out_names = _lm_step(lm, example_inputs, specs, stateful)
+        vocab_size = lm.config.vocab_size
     else:
         if stateful:
             raise ValueError(
@@ -300,7 +300,7 @@ def prepare(
 
 
 def _lm_step(
-    model: torch.nn.Module, example_inputs: tuple[Any, ...], specs: list[Any], stateful: bool
+    model: Any, example_inputs: tuple[Any, ...], specs: list[Any], stateful: bool
 ) -> tuple[torch.nn.Module, tuple[Any, ...], list[Any], list[str], list[str]]:
     from ssmscan.models import MambaState
 
