@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+import torch._dynamo.testing
 import torch.nn.functional as F
 
 import ssmscan
@@ -154,9 +155,9 @@ def check_against_reference(kw: dict, dtype: torch.dtype, fn=ssmscan.selective_s
     assert_close_to_reference("last_state", real_view(last), real_view(ref_last), dtype)
 
     gen = torch.Generator().manual_seed(1)
-    dout = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.dtype)
+    dout = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.device, out.dtype)
     dlast = torch.randn(real_view(last).shape, generator=gen, dtype=torch.float64)
-    dlast = dlast.to(real_view(last).dtype)
+    dlast = dlast.to(last.device, real_view(last).dtype)
     names = [k for k in TENSOR_ARGS if isinstance(kw.get(k), torch.Tensor)]
     grads = torch.autograd.grad(
         (out * dout).sum() + (real_view(last) * dlast).sum(), [kw[k] for k in names]
@@ -347,3 +348,31 @@ def test_compiles_fullgraph(form):
     compiled = torch.compile(ssmscan.selective_scan, backend=counter, fullgraph=True)
     check_against_reference(kw, torch.float32, fn=compiled)
     assert counter.frame_count == 1
+
+
+def _to_cuda(kw: dict) -> dict:
+    return {
+        k: (v.detach().cuda().requires_grad_() if isinstance(v, torch.Tensor) else v)
+        for k, v in kw.items()
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("L", [1, 63, 257], ids=lambda n: f"L{n}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("form", list(FORMS))
+def test_gpu_matches_reference(form, dtype, L):
+    # the eager CUDA fast path (plain tensors) on the Triton kernels
+    kw = _to_cuda(make_form_inputs(form, L, dtype=dtype))
+    check_against_reference(kw, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("form", ["tiB-3dC", "cx-tiB-3dC"])
+def test_gpu_compiled_matches_reference(form):
+    # the op path (triton_op under torch.compile, Inductor)
+    kw = _to_cuda(make_form_inputs(form, 63))
+    compiled = torch.compile(ssmscan.selective_scan, fullgraph=True)
+    check_against_reference(kw, torch.float32, fn=compiled)

@@ -17,7 +17,11 @@ decompositions included, runs it); the realizations themselves refuse these form
 Cost: a time-invariant B or C becomes per-channel, B and C (batch, dim, N, L) (G = dim): the
 kernels copy B and C into their own layout anyway, but with G = dim that copy is dim / G times the
 grouped one and the GPU kernels run one channel per block of channels (Note [complex A] below for
-the complex form, which is per-channel as well and has 2N real states).
+the complex form, which is per-channel as well and has 2N real states). Measured on an H200
+(torch 2.11, Triton 3.6, 2026-12-05), forward, bf16, batch 4, dim 512, L 2048: B / C
+(batch, 32, L) 0.144 ms, peak 286 MiB; B time-invariant (dim, 32) 1.51 ms, peak 2.3 GiB; complex
+A with 16 states (B (batch, 16, 2L), C time-invariant) 8.3 ms, peak 811 MiB. Dedicated kernels
+(a per-channel B / C read in the kernel, a complex scan) would remove those costs.
 
 Note [complex A]
 ----------------
@@ -186,17 +190,19 @@ def _complex_scan_framed(
             return X
         return X[..., per_step * lo : per_step * hi]
 
-    outs, h = [], initial_state
+    outs: list[torch.Tensor] = []
+    h = initial_state
     for lo in range(0, L, FRAME_LEN):
         hi = min(lo + FRAME_LEN, L)
         Bf, Cf = steps(B, lo, hi, 2), steps(C, lo, hi, 2)
         assert Bf is not None and Cf is not None  # B, C are tensors
-        out, h = _complex_scan(
+        out, last = _complex_scan(
             u[..., lo:hi], delta[..., lo:hi], A, Bf, Cf, D, steps(z, lo, hi), delta_bias,
             delta_softplus, h, run,
         )  # fmt: skip
         outs.append(out)
-    return torch.cat(outs, dim=-1), h
+        h = last
+    return torch.cat(outs, dim=-1), last
 
 
 def _complex_scan(
