@@ -23,87 +23,90 @@ import torch
 import triton
 
 from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
-from ssmscan.ops.selective_scan import (
-    shapes,
-    triton_bwd,
-    triton_bwd_lane,
-    triton_common,
-    triton_fwd,
-)
+from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
+from ssmscan.ops.selective_scan.plan import Policy
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
 from ssmscan.testing import tolerance
 
 BW, EXP_RATE = 4.2e12, 4.0e12
 SHAPES = [(8, 4096, 2048, 16), (16, 1536, 1024, 16), (1, 1536, 4096, 16), (1, 1024, 65536, 16)]
 
+# The plans the op runs while timing a variant: the planner's for ``policy``, or its fallback
+# ("tile" forward, "split" backward). The op's launchers ask ``plan_for``; this script answers for
+# them (an experiment's plan, passed in; the library has no setting for it).
+_CHOICE: dict = {"policy": Policy(), "fwd": "lane", "bwd": "lane"}
+_PLAN_FWD, _PLAN_BWD = triton_fwd.plan_for, triton_bwd.plan_for
+
+
+def _fwd_plan(u, A, B, C, policy=None, facts=None):
+    plan = _PLAN_FWD(u, A, B, C, _CHOICE["policy"], facts)
+    return plan.fallback if _CHOICE["fwd"] == "tile" and plan.fallback else plan
+
+
+def _bwd_plan(u, A, B, tensors, policy=None, facts=None):
+    plan = _PLAN_BWD(u, A, B, tensors, _CHOICE["policy"], facts)
+    return plan.fallback if _CHOICE["bwd"] == "split" and plan.fallback else plan
+
+
+triton_fwd.plan_for = _fwd_plan
+triton_bwd.plan_for = _bwd_plan
+
+
+def _forget_recorded_launches() -> None:
+    """Recorded eager launches are per call signature, not per plan: dropped at every switch."""
+    for fn in (triton_fwd.forward, triton_bwd.backward):
+        fn.plans.clear()
+        fn.seen.clear()
+
 
 def set_checkpoint_len(k: int) -> None:
-    for mod in (shapes, triton_fwd, triton_bwd):
-        mod.CHECKPOINT_LEN = k
-
-
-DEFAULT_SPLIT = (
-    triton_common.TARGET_WARPS,
-    triton_common.SPLIT_BELOW_WARPS,
-    triton_common.FWD_TARGET_WARPS,
-)
+    shapes.CHECKPOINT_LEN = k
+    _forget_recorded_launches()
 
 
 def set_target_warps(w: int) -> None:
-    """Note [selective scan segments]: -1 = the library's policy (``TARGET_WARPS`` /
-    ``FWD_TARGET_WARPS`` with ``SPLIT_BELOW_WARPS``); 0 = never split L; w > 0 = split L (forward
-    and backward) whenever the launch has fewer than w warps, aiming at w."""
-    c = triton_common
+    """Note [selective scan segments]: -1 = the library's policy; 0 = never split L; w > 0 =
+    split L (forward and backward) whenever the launch has fewer than w warps, aiming at w."""
+    pol = _CHOICE["policy"]
     if w < 0:
-        c.TARGET_WARPS, c.SPLIT_BELOW_WARPS, c.FWD_TARGET_WARPS = DEFAULT_SPLIT
+        new = Policy(**{**pol.__dict__, "warps_per_sm": 16, "fwd_warps_per_sm": 64,
+                        "split_below_warps": 512})  # fmt: skip
     else:
-        c.TARGET_WARPS, c.SPLIT_BELOW_WARPS, c.FWD_TARGET_WARPS = w, w, w
-
-
-_DEFAULTS = {
-    "pbc": triton_bwd_lane.PREFETCH_BC,
-    "finish": triton_bwd.FINISH_KERNEL,
-    "fold": triton_bwd.FOLD_MAX_SEGMENTS,
-    "warps": triton_fwd.FWD_WARPS,
-    "states": triton_bwd.STATES_OPTIONS,
-    "unroll": triton_fwd.FWD_UNROLL,
-}
+        per_sm = max(1, w // 132)
+        new = Policy(**{**pol.__dict__, "warps_per_sm": per_sm, "fwd_warps_per_sm": per_sm,
+                        "split_below_warps": w})  # fmt: skip
+    _CHOICE["policy"] = new
+    _forget_recorded_launches()
 
 
 def set_variant(spec: str) -> None:
-    """``spec``: BWD_VARIANT[-option...], the options: noprefetch (``triton_bwd_lane.PREFETCH``
-    off), pbc / nopbc (``triton_bwd_lane.PREFETCH_BC`` on / off), finish / nofinish
-    (``triton_bwd.FINISH_KERNEL`` on / off), 2dlocal
-    (``triton_bwd.LANE_LOCAL`` off), carrykernel / foldall (``triton_bwd.FOLD_MAX_SEGMENTS`` 0
-    / any), nostatesadj (``triton_bwd.STATES_ADJ`` off: the local pass its own kernel), rN
-    (maxnreg N of the lane main kernel), sN (of the states kernel with the local pass; s0: no
-    cap), fN (of
-    the lane forward), wN (``triton_fwd.FWD_WARPS``: warps per lane forward / states / local
-    program), uXY (``triton_fwd.FWD_UNROLL`` = (X, Y): the lane forward's real / local pass
-    unrolled); e.g. lane-noprefetch-r184. Options not named are the library's defaults."""
+    """``spec``: the backward, "lane" (the planner's) or "split" (the lane plan's fallback), with
+    options: sN (the states kernel's register cap; s0: none), wN (warps per lane forward / states
+    program), carrykernel / foldall (fold at most 0 / any segments in the lane main kernel), 1ch
+    (the forward's real pass with one channel a thread), rows16 (16-bit B / C rows wherever they
+    can be); e.g. lane-s0. Options not named are the library's defaults."""
     name, *opts = spec.split("-")
-    triton_bwd.BWD_VARIANT = name
-    triton_bwd_lane.PREFETCH = "noprefetch" not in opts
-    if "pbc" in opts or "nopbc" in opts:
-        triton_bwd_lane.PREFETCH_BC = "pbc" in opts
-    else:
-        triton_bwd_lane.PREFETCH_BC = _DEFAULTS["pbc"]
-    triton_bwd.LANE_LOCAL = "2dlocal" not in opts
-    triton_bwd.FOLD_MAX_SEGMENTS = (
-        0 if "carrykernel" in opts else 1 << 30 if "foldall" in opts else _DEFAULTS["fold"]
-    )
-    triton_bwd.FINISH_KERNEL = "finish" in opts or (_DEFAULTS["finish"] and "nofinish" not in opts)
-    triton_bwd.STATES_ADJ = "nostatesadj" not in opts
-    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "rsfw" and o[1:].isdigit()}
-    unroll = [o[1:] for o in opts if o[0] == "u" and len(o) == 3 and o[1:].isdigit()]
-    triton_fwd.FWD_UNROLL = (
-        (int(unroll[0][0]), int(unroll[0][1])) if unroll else _DEFAULTS["unroll"]
-    )
-    triton_fwd.FWD_WARPS = cap.get("w", _DEFAULTS["warps"])
-    triton_bwd_lane.OPTIONS = {"maxnreg": cap["r"]} if "r" in cap else {}
-    states = {"maxnreg": cap["s"]} if cap.get("s") else {} if "s" in cap else _DEFAULTS["states"]
-    triton_bwd.STATES_OPTIONS = states
-    triton_fwd.LANE_OPTIONS = {"maxnreg": cap["f"]} if "f" in cap else {}
+    if name not in ("lane", "split"):
+        raise SystemExit(f"backward variant {name!r}: 'lane' (planned) or 'split'")
+    _CHOICE["bwd"] = name
+    cap = {o[0]: int(o[1:]) for o in opts if o[0] in "sw" and o[1:].isdigit()}
+    base = Policy()
+    fold = 0 if "carrykernel" in opts else 1 << 30 if "foldall" in opts else base.fold_max_segments
+    pol = _CHOICE["policy"]
+    _CHOICE["policy"] = Policy(**{
+        **pol.__dict__, "states_maxnreg": cap.get("s", base.states_maxnreg),
+        "fwd_warps": cap.get("w", base.fwd_warps), "fold_max_segments": fold,
+        "two_channels": "1ch" not in opts, "rows16": "always" if "rows16" in opts else "where_fit",
+    })  # fmt: skip
+    _forget_recorded_launches()
+
+
+def set_fwd_variant(fv: str) -> None:
+    """ "lane" (the planner's forward) or "tile" (the lane plan's fallback, the 2-D kernel)."""
+    if fv not in ("lane", "tile"):
+        raise SystemExit(f"forward variant {fv!r}: 'lane' (planned) or 'tile'")
+    _CHOICE["fwd"] = fv
+    _forget_recorded_launches()
 
 
 def make(batch, dim, L, N, dtype, seed=0):
@@ -319,7 +322,7 @@ def main():
     ap.add_argument(
         "--targets",
         default="-1",
-        help="TARGET_WARPS values to time (-1: the library's policy, 0: no L split)",
+        help="target warps to time (-1: the planner's policy, 0: no L split)",
     )
     ap.add_argument("--shapes", default=None, help="e.g. 8x4096x2048x16,1x1024x65536x16")
     ap.add_argument("--tol-fwd", type=float, default=None)
@@ -328,14 +331,14 @@ def main():
     )
     ap.add_argument(
         "--bwd-variants",
-        default=triton_bwd.BWD_VARIANT,
-        help="triton_bwd.BWD_VARIANT values to time, with options (``set_variant``), e.g. "
-        "split,lane-pbc (keys get a suffix for all but the library's default)",
+        default="lane",
+        help="backward variants to time, with options (``set_variant``), e.g. "
+        "split,lane-s0 (keys get a suffix for all but the library's default)",
     )
     ap.add_argument(
         "--fwd-variants",
-        default=triton_fwd.FWD_VARIANT,
-        help="triton_fwd.FWD_VARIANT values to time, e.g. lane,tile,tlane,tlane-bc1,tlane-w2-bc1 (tlane: the lane forward with triton_fwd.FWD_TIME_LANES; -bcM: with TLANE_BC_MODE = M; -wN: TLANE_WARPS = N; -rN: maxnreg N (TLANE_OPTIONS); lane-nosc: LANE_Y_SCATTER off; lane-aN: LANE_AHEAD = N; lane-btN: LANE_BCAST_TILE = N; suffixed keys as above)",
+        default="lane",
+        help="forward variants to time: lane (planned), tile (the 2-D kernel)",
     )
     ap.add_argument(
         "--rounds",
@@ -365,9 +368,7 @@ def main():
         if args.shapes is None
         else [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
     )
-    default_bwd, default_fwd = triton_bwd.BWD_VARIANT, triton_fwd.FWD_VARIANT
-    default_scatter, default_ahead = triton_fwd.LANE_Y_SCATTER, triton_fwd.LANE_AHEAD
-    default_bcast = triton_fwd.LANE_BCAST_TILE
+    default_bwd, default_fwd = "lane", "lane"
     variants = [
         (ck, tw, bv, fv)
         for ck in [int(c) for c in args.ck.split(",")]
@@ -383,32 +384,10 @@ def main():
             + ("" if fv == default_fwd else "f" + fv)
         )
 
-    def set_fwd_variant(fv):
-        # "tlane": the lane forward with the time-lane kernel where L would split
-        # ("tlane-bcM": with triton_fwd.TLANE_BC_MODE = M)
-        tlane = fv.startswith("tlane")
-        triton_fwd.FWD_VARIANT = "lane" if tlane else fv.split("-")[0]
-        triton_fwd.FWD_TIME_LANES = tlane
-        fopts = fv.split("-")[1:]
-        # "-nosc": triton_fwd.LANE_Y_SCATTER off
-        triton_fwd.LANE_Y_SCATTER = default_scatter and "nosc" not in fopts
-        # "-aN": triton_fwd.LANE_AHEAD = N
-        ahead = [int(o[1:]) for o in fopts if o[:1] == "a" and o[1:].isdigit()]
-        triton_fwd.LANE_AHEAD = ahead[0] if ahead else default_ahead
-        # "-btN": triton_fwd.LANE_BCAST_TILE = N (the backward's states kernel too)
-        bts = [int(o[2:]) for o in fopts if o.startswith("bt")]
-        triton_fwd.LANE_BCAST_TILE = bts[0] if bts else default_bcast
-        bcs = [int(o[2:]) for o in fopts if o.startswith("bc")]
-        triton_fwd.TLANE_BC_MODE = bcs[0] if bcs else 0
-        ws = [int(o[1:]) for o in fopts if o.startswith("w")]
-        triton_fwd.TLANE_WARPS = ws[0] if ws else 1
-        rs = [int(o[1:]) for o in fopts if o.startswith("r")]
-        triton_fwd.TLANE_OPTIONS = {"maxnreg": rs[0]} if rs else {}
-
     def set_all(ck, tw, bv, fv):
         set_checkpoint_len(ck)
-        set_target_warps(tw)
         set_variant(bv)
+        set_target_warps(tw)
         set_fwd_variant(fv)
 
     def bench(fn):
@@ -507,7 +486,7 @@ def main():
     print("launch plans rejected:", meta["plans_rejected"], flush=True)
     json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
     print(
-        "\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |"
+        "\n| shape | dtype | CK w target warps | mamba fwd | ours fwd | ratio | floor frac | mamba f+b | ours f+b | ratio | floor frac |"
     )
     for r in rows:
         for ck in [key(*v) for v in variants]:
@@ -523,12 +502,12 @@ def main():
     if args.api:
         ratio_table(
             "\nPublic API in eager (ssmscan.selective_scan; f+b through autograd):\n"
-            "| shape | dtype | CK w TARGET_WARPS | mamba fwd | api fwd | ratio | mamba f+b | api f+b | ratio |",
+            "| shape | dtype | CK w target warps | mamba fwd | api fwd | ratio | mamba f+b | api f+b | ratio |",
             rows, cks, "mamba_{}_ms", "ck{}_api_{}_ms",
         )  # fmt: skip
     if args.graph:
         ratio_table(
-            "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w TARGET_WARPS | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |",
+            "\nCUDA graphs (no host overhead):\n| shape | dtype | CK w target warps | mamba fwd | ours fwd | ratio | mamba f+b | ours f+b | ratio |",
             rows, cks, "mamba_{}_graph_ms", "ck{}_{}_graph_ms",
         )  # fmt: skip
 

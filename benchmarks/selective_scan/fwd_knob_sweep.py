@@ -1,17 +1,15 @@
-"""The lane forward's kernel options, timed against each other: forward only, CUDA graphs, the
-variants interleaved over ``--rounds`` rounds (each variant's median of its rounds' medians, so
-that clock drift hits all alike), each variant's output checked against float64 on a channel
-slice (``bench_gpu.references``) before it is timed.
+"""The lane forward's plans, timed against each other: forward only, CUDA graphs, the variants
+interleaved over ``--rounds`` rounds (each variant's median of its rounds' medians, so that clock
+drift hits all alike), each variant's output checked against float64 on a channel slice
+(``bench_gpu.references``) before it is timed.
 
     PYTHONPATH=src python benchmarks/selective_scan/fwd_knob_sweep.py \
-        --variants "base;PF_BC=2;PF_BC=2,DT_DEFER=1" [--shapes 1x1536x4096x16] [--rounds 3]
+        --variants "base;policy.two_channels=0;EVEN=0" [--shapes 1x1536x4096x16] [--rounds 3]
 
-A variant is ``;``-separated from the next, its settings ``,``-separated: ``NAME=INT`` for a
-constexpr of ``_selective_scan_fwd_lane_kernel`` (through ``triton_fwd.LANE_OPTIONS``, both
-passes), ``triton_fwd.NAME=INT`` / ``triton_common.NAME=INT`` for a module setting, ``TLANE.NAME=INT`` for a
-constexpr of the time-lane kernels (through ``triton_fwd.TLANE_OPTIONS``), ``LOCAL.NAME=INT`` for
-one of the split forward's one-channel local pass alone (``triton_fwd.LANE_LOCAL_OPTIONS``); ``base`` is the
-library's default.
+A variant is ``;``-separated from the next, its settings ``,``-separated: ``policy.NAME=INT`` for
+a field of the planner's ``Policy``, ``NAME=INT`` for a constexpr or launch option (``maxnreg``)
+of the plan's launches of the lane kernels (local and real pass), set on the planned plan;
+``base`` is the library's plan.
 With ``--mamba`` mamba-ssm's forward (``selective_scan_cuda`` on the path) is timed the same way in
 every round, and each variant's ratio to it printed. With ``--no-check`` a variant that fails the check
 is timed too (a bound from a deliberately wrong kernel, e.g. one that skips work)."""
@@ -20,62 +18,63 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import statistics
 
 import bench_gpu
 import torch
 
-from ssmscan.ops.selective_scan import triton_common, triton_fwd
+from ssmscan.ops.selective_scan import triton_fwd
+from ssmscan.ops.selective_scan.plan import Launch, Policy
 
-MODULES = {"triton_fwd": triton_fwd, "triton_common": triton_common}
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
-# the prefixes of kernel options that go into a dict of ``triton_fwd`` rather than a module
-# setting, and that dict (a plain NAME=INT: ``LANE_OPTIONS``)
-OPTION_DICTS = {"TLANE.": "TLANE_OPTIONS", "LOCAL.": "LANE_LOCAL_OPTIONS"}
-
-
 def parse(spec: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(launch constexprs / options, policy fields) of a variant."""
     opts: dict[str, int] = {}
-    mod: dict[str, int] = {}
+    pol: dict[str, int] = {}
     for item in spec.split(","):
         item = item.strip()
         if not item or item == "base":
             continue
         name, value = item.split("=")
-        if name.startswith(("triton_fwd.", "triton_common.", *OPTION_DICTS)):
-            mod[name] = int(value)
+        if name.startswith("policy."):
+            pol[name[len("policy.") :]] = int(value)
         else:
             opts[name] = int(value)
-    return opts, mod
+    return opts, pol
+
+
+def _with(launch: Launch | None, opts: dict[str, int]) -> Launch | None:
+    if launch is None or not launch.kernel.startswith("fwd_lane"):
+        return launch
+    return dataclasses.replace(launch, consts=tuple({**launch.kw(), **opts}.items()))
 
 
 @contextlib.contextmanager
 def applied(spec: str):
-    """The library's forward with variant ``spec`` set (kernel options on top of
-    ``triton_fwd.LANE_OPTIONS`` and the dicts of ``OPTION_DICTS``, module settings); everything
-    restored on exit."""
-    opts, mod = parse(spec)
-    extra = {"LANE_OPTIONS": opts}
-    for prefix, attr in OPTION_DICTS.items():
-        extra[attr] = {k[len(prefix) :]: v for k, v in mod.items() if k.startswith(prefix)}
-    mod = {k: v for k, v in mod.items() if not k.startswith(tuple(OPTION_DICTS))}
-    targets = {k: (MODULES[k.split(".")[0]], k.split(".")[1]) for k in mod}
-    saved_dicts = {attr: getattr(triton_fwd, attr) for attr in extra}
-    saved = {k: getattr(m, n) for k, (m, n) in targets.items()}
+    """The library's forward with variant ``spec``: its policy fields, then its constexprs on
+    the plan's lane launches; the planner's plans again on exit."""
+    opts, pol = parse(spec)
+    plan_for = triton_fwd.plan_for
+    policy = Policy(**{**Policy().__dict__, **pol})
+
+    def planned(u, A, B, C, _policy=None, facts=None):
+        plan = plan_for(u, A, B, C, policy, facts)  # (bench_gpu's: its ``_CHOICE`` policy)
+        return dataclasses.replace(plan, local=_with(plan.local, opts), real=_with(plan.real, opts))
+
+    saved = bench_gpu._CHOICE["policy"]
+    bench_gpu._CHOICE["policy"] = policy
+    triton_fwd.plan_for = planned
+    bench_gpu._forget_recorded_launches()
     try:
-        for attr, more in extra.items():
-            setattr(triton_fwd, attr, {**saved_dicts[attr], **more})
-        for k, (m, n) in targets.items():
-            setattr(m, n, mod[k])
         yield
     finally:
-        for attr, old in saved_dicts.items():
-            setattr(triton_fwd, attr, old)
-        for k, (m, n) in targets.items():
-            setattr(m, n, saved[k])
+        triton_fwd.plan_for = plan_for
+        bench_gpu._CHOICE["policy"] = saved
+        bench_gpu._forget_recorded_launches()
 
 
 def main():

@@ -1,8 +1,8 @@
 """Compile a Triton kernel for sm_90 (H100 / H200) without a GPU, specialized as Triton's JIT
-would specialize real arguments: for the layout checks (``tests/ops/selective_scan/
-*_layout_check.py``) and the SASS report (``benchmarks/selective_scan/sass_report.py``). Needs
-Triton's CUDA backend (ptxas ships with it); imported by those scripts only, not by
-``ssmscan.testing``."""
+would specialize real arguments: for the layout and compile checks
+(``tests/ops/selective_scan/*_check.py``). Needs Triton's CUDA backend (ptxas ships with it);
+imported by those scripts only, not by ``ssmscan.testing``. (The SASS report,
+``benchmarks/selective_scan/sass_report.py``, records the launchers' own launches instead.)"""
 
 from __future__ import annotations
 

@@ -89,14 +89,7 @@ def _launch(compiled, *vals):
         rec.launched(compiled, (1,), list(vals), 0, lambda device: 0, _JIT)
 
 
-def _knobs():
-    return (_SETTING[0],)
-
-
-_SETTING = [1]
-
-
-@launch_plan.planned(_knobs)
+@launch_plan.planned
 def _chain(x, flag):
     """out = 2 x + 1 (+1 again with flag) through scratch views only the launches see."""
     n = x.numel()
@@ -137,21 +130,7 @@ def test_fake_launches_replay_through_the_arena():
     assert len(_chain.plans) == 2
 
 
-def test_settings_are_part_of_the_key():
-    x = torch.randn(5)
-    _chain(x, True)
-    _chain(x, True)
-    n = len(_chain.plans)
-    _SETTING[0] = 2
-    try:
-        for _ in range(3):
-            torch.testing.assert_close(_chain(x, True)[0], (2 * x + 1) + 1, rtol=0, atol=0)
-        assert len(_chain.plans) == n + 1
-    finally:
-        _SETTING[0] = 1
-
-
-@launch_plan.planned(_knobs)
+@launch_plan.planned
 def _reads_data(x):
     out = torch.empty_like(x)
     _launch(_DOUBLE, x, out, x.numel())
@@ -160,7 +139,7 @@ def _reads_data(x):
     return (out,)
 
 
-@launch_plan.planned(_knobs)
+@launch_plan.planned
 def _uses_outside_tensor(x):
     out = torch.empty_like(x)
     _launch(_DOUBLE, _OUTSIDE, out, x.numel())
@@ -168,14 +147,6 @@ def _uses_outside_tensor(x):
 
 
 _OUTSIDE = torch.ones(4)
-
-
-@launch_plan.planned(_knobs)
-def _changes_setting(x):
-    out = torch.empty_like(x)
-    _launch(_DOUBLE, x, out, x.numel())
-    _SETTING[0] += 1
-    return (out,)
 
 
 def test_records_that_cannot_be_replayed_are_rejected():
@@ -187,13 +158,6 @@ def test_records_that_cannot_be_replayed_are_rejected():
     (out,) = _uses_outside_tensor(torch.zeros(4))
     torch.testing.assert_close(out, 2 * _OUTSIDE, rtol=0, atol=0)
     assert any("outside" in why for why in _uses_outside_tensor.rejected.values())
-    try:
-        for _ in range(2):  # seen, then recorded (and rejected)
-            _SETTING[0] = 1
-            _changes_setting(torch.zeros(3))
-        assert any("setting" in why for why in _changes_setting.rejected.values())
-    finally:
-        _SETTING[0] = 1
 
 
 # An op whose schema marks its output as an alias of its input but that may return a copy: on
@@ -205,7 +169,7 @@ _TEST_LIB.define("copying_view(Tensor(a) x) -> Tensor(a)")
 _TEST_LIB.impl("copying_view", lambda x: x.t().contiguous(), "CPU")
 
 
-@launch_plan.planned(_knobs)
+@launch_plan.planned
 def _through_copying_view(x):
     y = torch.ops.ssmscan_plan_test.copying_view.default(x)
     out = torch.empty(y.shape)
@@ -213,7 +177,7 @@ def _through_copying_view(x):
     return (out,)
 
 
-@launch_plan.planned(_knobs)
+@launch_plan.planned
 def _moves_an_argument(x, other):
     # x now points elsewhere: not the pointer its slot was made with
     x.set_(other.untyped_storage(), 0, other.shape)
@@ -296,42 +260,6 @@ def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
     for fn in (triton_fwd.forward, triton_bwd.backward):
         assert not fn.rejected
         assert any(isinstance(p, launch_plan.Plan) for p in fn.plans.values())
-
-
-# module-level names of the launch modules that are constants, not settings (a new setting must
-# go into ``plan_knobs`` or here)
-_CONSTANTS = {"LN2", "LOG2E", "TL", "TPT", "TILE"}  # time-lane kernel geometry
-
-
-def test_every_setting_is_in_the_plan_key():
-    """Every UPPER_CASE module-level name of the modules the launchers read is either read by
-    ``plan_knobs`` (the key of every plan) or a declared constant: a setting left out would let
-    a plan replay launches made under its old value."""
-    import inspect
-
-    from ssmscan.ops.common import triton_launch
-    from ssmscan.ops.selective_scan import (
-        shapes,
-        triton_bwd,
-        triton_bwd_lane,
-        triton_bwd_split,
-        triton_common,
-        triton_fwd,
-        triton_fwd_lane,
-        triton_fwd_tlane,
-    )
-
-    src = inspect.getsource(triton_fwd.plan_knobs) + inspect.getsource(triton_bwd.plan_knobs)
-    read = set(re.findall(r"\b([A-Z][A-Z0-9_]+)\b", src))
-    for mod in (shapes, triton_bwd, triton_bwd_lane, triton_bwd_split, triton_common, triton_fwd,
-                triton_fwd_lane, triton_fwd_tlane):  # fmt: skip
-        for name, value in vars(mod).items():
-            if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or inspect.ismodule(value):
-                continue
-            if not isinstance(value, (bool, int, float, str, dict, tuple, list)):
-                continue  # kernels, classes, patterns, typing names
-            assert name in read or name in _CONSTANTS, f"{mod.__name__}.{name}"
-    assert triton_launch.FAST_EAGER  # checked by launch_plan._plannable, not keyed
 
 
 _GPU_CASES = {
@@ -432,7 +360,7 @@ def test_direct_launch_matches_tritons_launcher_call():
     assert len(seen) == 2 and seen[1] == seen[0]
 
 
-@launch_plan.planned(_knobs)
+@launch_plan.planned
 def _add(x, y):
     out = torch.empty_like(x)
     _launch(_kernel(lambda s, i: s[i] + 1.0), x, out, x.numel())  # out = x + 1, then + y:

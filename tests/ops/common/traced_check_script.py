@@ -19,7 +19,7 @@ import triton
 
 from ssmscan.ops.common import triton_launch
 from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
-from ssmscan.ops.selective_scan.triton_fwd_lane import LaneLayoutError
+from ssmscan.ops.selective_scan.layout_check import LaneLayoutError
 from ssmscan.testing import make_selective_scan_inputs
 from ssmscan.testing.triton_sm90 import SM90
 

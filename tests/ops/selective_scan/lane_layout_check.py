@@ -1,9 +1,9 @@
 """Compile the lane forward kernel (Note [selective scan forward lanes]) for sm_90 (no GPU
 needed) and check the layout of every tensor its ``shfl.sync.idx`` broadcasts read
-(``triton_fwd_lane.lane_layout_problem``), over the specializations the launcher can produce:
+(``layout_check.lane_layout_problem``), over the specializations the launcher can produce:
 every dtype, each lane geometry (NP 8, 16, 32), L and pointers with and without 16-divisibility,
 the local pass of a split L, grouped B / C; and the split backward's lane states kernel (with
-and without the segments' local pass) and the segments' lane local pass. Run as a script by
+and without the segments' local pass). Run as a script by
 ``test_triton_fwd_lane.py``, in a process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
 wrong or if the negative control (NP = 64 in bf16, which the launcher does not send to this
 kernel) passes."""
@@ -14,15 +14,14 @@ import inspect
 import sys
 from typing import Any
 
-import torch
-
 from ssmscan.ops.selective_scan import (
+    layout_check,
     triton_bwd_lane,
     triton_bwd_split,
-    triton_fwd,
     triton_fwd_lane,
     triton_fwd_lane2,
 )
+from ssmscan.ops.selective_scan.plan import fwd_block_channels, lane_geometry, padded_steps
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
@@ -41,10 +40,9 @@ def pointers(kernel, dtype: str, io: set[str]) -> dict[str, object]:
 
 KERNELS = {
     "fwd": triton_fwd_lane._selective_scan_fwd_lane_kernel,
-    # the split backward's lane states kernel and the segments' lane local pass
-    "states": triton_fwd_lane._selective_scan_bwd_lane_states_kernel,
-    "local": triton_bwd_lane._selective_scan_bwd_lane_local_kernel,
-    # the forward's real pass with two channels a thread (``triton_fwd.LANE_CH2``)
+    # the split backward's lane states kernel (with ADJ: and the segments' local pass)
+    "states": triton_bwd_lane._selective_scan_bwd_lane_states_kernel,
+    # the forward's real pass with two channels a thread
     "fwd2": triton_fwd_lane2._selective_scan_fwd_lane2_kernel,
 }
 
@@ -62,14 +60,14 @@ def compile_lane(
 ) -> Any:
     """The lane forward kernel (``which``: or another kernel of ``KERNELS``) compiled for sm_90."""
     kernel = KERNELS[which]
-    KL, TPL = triton_fwd_lane.lane_geometry(NP)
+    KL, TPL = lane_geometry(NP)
     dim = 256
-    block_d, warps = triton_fwd.fwd_block_channels(1, dim, G, NP, KL)
+    block_d, warps = fwd_block_channels(dim, G, NP, KL)
     values = pointers(kernel, dtype, IO)
     values.update(
         dim=dim,
         L=L,
-        LP=triton_fwd_lane.padded_steps(L, KL * TPL),
+        LP=padded_steps(L, KL * TPL),
         N=NP,
         G=G,
         NCK=num_checkpoints(L),
@@ -90,10 +88,10 @@ def compile_lane(
         A_RAW=True,
         HAS_LAST=True,
         ADJ=local,  # the states kernel's: ``local`` there is the fused local pass
-        Y_SCATTER=True,  # the forward's (``triton_fwd.LANE_Y_SCATTER``)
-        # ... and its rolled rows and one-asm broadcasts as the launcher sets them
-        BC_ROLL=triton_fwd.LANE_BC_ROLL and triton_fwd.LANE_AHEAD == 1,
-        BCAST_TILE=triton_fwd.bcast_tile(torch.float32 if dtype == "fp32" else torch.bfloat16),
+        # the forward's options as the planner sets them
+        Y_SCATTER=True,
+        BC_ROLL=True,
+        BCAST_TILE=dtype != "fp32",
     )
     values.update(extra)
     # (the other kernels take subsets of the values)
@@ -107,9 +105,6 @@ CONFIGS = [
     ("fp32", 16, 2048, True, True, 1, "states"),
     ("bf16", 16, 1000, False, True, 1, "states"),
     ("bf16", 16, 4096, True, False, 2, "states"),
-    ("fp32", 16, 65536, True, True, 1, "local"),
-    ("bf16", 16, 4096, True, True, 2, "local"),
-    ("fp16", 16, 1000, False, True, 1, "local"),
     ("fp32", 16, 2048, True, False, 1),
     ("bf16", 16, 2048, True, False, 1),
     ("fp16", 16, 2048, True, True, 1),
@@ -124,16 +119,11 @@ CONFIGS = [
     ("fp32", 16, 2048, True, False, 1, "fwd2"),
     ("bf16", 16, 2047, False, False, 1, "fwd2"),
     ("bf16", 16, 4096, True, False, 2, "fwd2"),
-    # the loop without masks, 32-bit row offsets (``triton_fwd.LANE_EVEN`` / ``LANE_I32``)
+    # the loop without masks, 32-bit row offsets (``EVEN`` / ``I32``)
     ("bf16", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, I32=True, AHEAD=2)),
     ("fp32", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, I32=True, AHEAD=2)),
     ("bf16", 16, 4096, True, True, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2, SEG_T=True)),
     ("fp16", 16, 2048, True, False, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2)),
-    # ... with masks kept on its loads (``triton_fwd.LANE_EVEN_LDM``)
-    ("bf16", 16, 4096, True, True, 1, "fwd", dict(EVEN=True, I32=True, AHEAD=2, SEG_T=True, LDM=2)),
-    ("bf16", 16, 4096, True, False, 1, "fwd2", dict(EVEN=True, AHEAD=1, LDM=1)),
-    # local segments of their own length (``triton_fwd.LANE_LOCAL_TILES``)
-    ("bf16", 16, 4096, True, True, 1, "fwd", dict(SNAP=True, SEG_T=True, SEG2=32)),
 ]
 
 
@@ -145,7 +135,7 @@ def compile_bwd_ttgir(dtype: str, full: bool, seg: bool, lane: bool = True, **in
 
 def compile_bwd(dtype: str, full: bool, seg: bool, lane: bool = True, **ints: int) -> Any:
     """``compile_bwd_ttgir``'s kernel compiled for sm_90; an eager launch's unless ``ints`` say
-    otherwise (``PREFETCH_BC=triton_bwd_lane.prefetch_bc(True)``: a traced one's)."""
+    otherwise (``PREFETCH_BC=False``: a traced one's)."""
     kernel = (
         triton_bwd_lane._selective_scan_bwd_lane_kernel
         if lane
@@ -156,7 +146,7 @@ def compile_bwd(dtype: str, full: bool, seg: bool, lane: bool = True, **ints: in
     values.update(
         dim=4096,
         L=2048,
-        LP=triton_fwd_lane.padded_steps(2048, 8),
+        LP=padded_steps(2048, 8),
         G=1,
         NCK=9,
         SEG=8,
@@ -176,7 +166,7 @@ def compile_bwd(dtype: str, full: bool, seg: bool, lane: bool = True, **ints: in
     )
     if lane:  # segments come with the lane local pass: the main kernel carries them itself
         values["CARRY"] = seg
-        values["PREFETCH_BC"] = triton_bwd_lane.prefetch_bc(False)
+        values["PREFETCH_BC"] = True  # an eager launch's
     values.update(ints)
     return compile_sm90(kernel, values, 1)
 
@@ -198,26 +188,24 @@ BWD_CONFIGS = [
 
 
 def bwd_problem(ttgir: str) -> str | None:
-    return triton_fwd_lane.lane_layout_problem(ttgir, 4) or triton_bwd_lane.bfly_layout_problem(
-        ttgir
-    )
+    return layout_check.lane_layout_problem(ttgir, 4) or layout_check.bfly_layout_problem(ttgir)
 
 
 def main() -> int:
     bad = 0
     impure: list[str] = []  # the traced kernels' non-pure inline asm (a traced launch's kernels)
     for cfg in CONFIGS:
-        KL, _ = triton_fwd_lane.lane_geometry(cfg[1])
+        KL, _ = lane_geometry(cfg[1])
         compiled = compile_lane(*cfg[:7], **(cfg[7] if len(cfg) > 7 else {}))
         impure += impure_asm(compiled.asm["ttir"])
         # the forward's butterflies too (``_y_scatter``: 16 states), as its launcher checks
         fwd = len(cfg) < 7 or cfg[6] in ("fwd", "fwd2")
-        problem = triton_fwd_lane.lane_layout_problem(compiled.asm["ttgir"], KL, bfly=fwd)
+        problem = layout_check.lane_layout_problem(compiled.asm["ttgir"], KL, bfly=fwd)
         print(cfg, "ok" if problem is None else problem, flush=True)
         bad += problem is not None
     # the backward main kernel as a traced launch compiles it (two configurations)
     for dtype, full, seg in (("fp32", True, True), ("bf16", True, False)):
-        compiled = compile_bwd(dtype, full, seg, PREFETCH_BC=triton_bwd_lane.prefetch_bc(True))
+        compiled = compile_bwd(dtype, full, seg, PREFETCH_BC=False)
         impure += impure_asm(compiled.asm["ttir"])
         problem = bwd_problem(compiled.asm["ttgir"])
         print("traced bwd", dtype, f"full={full} seg={seg}", problem or "ok", flush=True)
@@ -238,10 +226,7 @@ def main() -> int:
             flush=True,
         )
         bad += problem is not None
-    if (
-        triton_bwd_lane.bfly_layout_problem(compile_bwd_ttgir("fp32", True, False, lane=False))
-        is None
-    ):
+    if layout_check.bfly_layout_problem(compile_bwd_ttgir("fp32", True, False, lane=False)) is None:
         print(
             "negative control (the split kernel's butterflies) passed: the check is blind",
             flush=True,
@@ -249,9 +234,9 @@ def main() -> int:
         bad += 1
     # (with a shuffle per step: the one-asm broadcasts of 16-bit inputs, ``BCAST_TILE``, get
     # their operands laid out right even there, so they make no control)
-    KL, _ = triton_fwd_lane.lane_geometry(64)
+    KL, _ = lane_geometry(64)
     bad_ttgir = compile_ttgir("bf16", 64, 1000, True, False, 1, BCAST_TILE=False)
-    if triton_fwd_lane.lane_layout_problem(bad_ttgir, KL) is None:
+    if layout_check.lane_layout_problem(bad_ttgir, KL) is None:
         print("negative control (NP = 64, bf16) passed: the check is blind", flush=True)
         bad += 1
     return 1 if bad else 0

@@ -8,8 +8,8 @@ when an input is a leaf that requires grad). This script runs in two steps:
 
 * ``capture OUT.pkl`` (under ``TRITON_INTERPRET=1``): the forward and backward launchers on small
   CPU tensors, each launch recorded (not run) with the arguments a traced launch would pass
-  (``_Launcher.traced_args``) and the launcher's GPU decisions (the split backward's policy,
-  ``variant_constexprs``, the traced ``PREFETCH_BC``); every tensor argument is marked with the op
+  (``_Launcher.traced_args``) by plans made for an H200 (``plan.H200``) as traced launches
+  (no ``PREFETCH_BC``); every tensor argument is marked with the op
   input it is (u, delta, ..., dout, checkpoints), if any;
 * ``analyze OUT.pkl`` (without the interpreter, so the kernels see inline PTX): for each recorded
   launch, torch's own analysis on the sm_90 TTIR; prints one line per launch, "ok" when the
@@ -28,21 +28,17 @@ from typing import Any
 
 import torch
 
-# (label, module settings, (batch, dim, L, N, dtype)): every kernel the ops launch on a GPU.
-# L = 300 (not a multiple of 16): the tile backward (reduce-scatter variant), as in the GPU test
-# ``test_compile_reduce_overhead_training_step_gpu``; L = 512: the split path; batch 1 and few
-# channels: L in segments.
+# (label, (policy, the plans' fallbacks), (batch, dim, L, N, groups, dtype)): every kernel the
+# planner can choose on a GPU. L = 300 (not a multiple of 16): the tile backward with its
+# reduce-scatter (tile_rs), as in ``test_compile_reduce_overhead_training_step_gpu``; L = 512: the
+# split path; batch 1 and few channels: L in segments; 12 channels a group: the plain tile one.
 CASES = [
-    ("lane fwd, tile_rs bwd", {}, (1, 16, 300, 16, torch.float32)),
-    ("lane fwd, lane bwd, states with the local pass", {}, (1, 16, 512, 16, torch.bfloat16)),
-    ("lane local pass", {"triton_bwd.STATES_ADJ": False}, (1, 16, 512, 16, torch.float32)),
-    ("one segment", {"triton_common.TARGET_WARPS": 0, "triton_common.FWD_TARGET_WARPS": 0},
-     (2, 16, 512, 16, torch.float32)),
-    ("2-D fwd, split bwd", {"triton_fwd.FWD_VARIANT": "tile", "triton_bwd.BWD_VARIANT": "split"},
-     (1, 16, 512, 16, torch.float32)),
-    ("time-lane fwd", {"triton_fwd.FWD_TIME_LANES": True, "triton_fwd.TLANE_MIN_CHANNELS": 16},
-     (1, 16, 256, 16, torch.float32)),
-    ("tile bwd, N = 4", {"triton_bwd.BWD_VARIANT": "tile"}, (1, 16, 300, 4, torch.float32)),
+    ("lane fwd, tile_rs bwd", (None, False), (1, 16, 300, 16, None, torch.float32)),
+    ("lane fwd, lane bwd, states with the local pass", (None, False),
+     (1, 16, 512, 16, None, torch.bfloat16)),
+    ("one segment", ("one-segment", False), (2, 16, 512, 16, None, torch.float32)),
+    ("2-D fwd, split bwd", (None, True), (1, 16, 512, 16, None, torch.float32)),
+    ("tile bwd, 12 channels a group", (None, False), (1, 24, 300, 4, 2, torch.float32)),
 ]  # fmt: skip
 OP_INPUTS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "dout", "checkpoints")
 
@@ -55,7 +51,8 @@ def capture(path: str) -> None:
     import conftest  # noqa: F401
     from ssmscan.ops.common import triton_launch
     from ssmscan.ops.linear_scan import triton_fwd as linear_fwd
-    from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_split, triton_common, triton_fwd
+    from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan.plan import H200, Policy
     from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
     from ssmscan.ops.selective_state_update import triton_fwd as update_fwd
     from ssmscan.testing import make_selective_scan_inputs
@@ -91,36 +88,28 @@ def capture(path: str) -> None:
             if t is not None:
                 inputs[t.untyped_storage().data_ptr()] = name
 
-    real_applies = triton_bwd_split.applies
-    real_variant = triton_bwd.variant_constexprs
     triton_launch._Launcher._launch = spy  # type: ignore[method-assign]
-    # the GPU's decisions where the launchers look at the device
-    triton_bwd_split.applies = lambda *a: real_applies(*a[:-1], True)
-    triton_bwd.variant_constexprs = lambda k, _gpu, b, w: real_variant(k, True, b, w)
-    # the traced launches' constexprs (the L1 prefetches off)
-    triton_bwd.is_wrap_triton_enabled = triton_fwd.is_wrap_triton_enabled = lambda: True
-    modules = {"triton_bwd": triton_bwd, "triton_fwd": triton_fwd, "triton_common": triton_common}
-    for label, settings, (batch, dim, L, N, dtype) in CASES:
-        saved = {}
-        for key, value in settings.items():
-            mod, name = key.split(".")
-            saved[key] = getattr(modules[mod], name)
-            setattr(modules[mod], name, value)
-        kw = make_selective_scan_inputs(batch, dim, L, N, dtype=dtype, device="cpu")
+    # the traced launches' plans (the L1 prefetches off) for a GPU
+    triton_bwd.is_wrap_triton_enabled = lambda: True
+    for label, (policy, fallback), (batch, dim, L, N, groups, dtype) in CASES:
+        pol = Policy(split_below_warps=0) if policy == "one-segment" else Policy()
+        kw = make_selective_scan_inputs(batch, dim, L, N, groups=groups, dtype=dtype, device="cpu")
         u, delta, A, B, C, D, z, bias = (kw[k] for k in OP_INPUTS[:8])
         dout = torch.randn_like(u)
         outs = empty_forward_outputs(u, A)
+        fplan = triton_fwd.plan_for(u, A, B, C, pol, H200)
+        bplan = triton_bwd.plan_for(u, A, B, (u,), pol, H200)
+        if fallback:
+            fplan, bplan = fplan.fallback, bplan.fallback
         mark(**dict(zip(OP_INPUTS, (u, delta, A, B, C, D, z, bias, dout))))
         records.append(dict(case=label))
-        triton_fwd.launch(u, delta, A, B, C, D, z, bias, None, True, *outs)
+        triton_fwd.launch(u, delta, A, B, C, D, z, bias, None, True, *outs, plan=fplan)
         inputs[outs[2].untyped_storage().data_ptr()] = "checkpoints"
         grads = empty_backward_outputs(u, delta, A, B, C, D, z, bias, None)
         triton_bwd.launch(
-            dout, None, u, delta, A, B, C, D, z, bias, None, outs[2], True, *grads[:5], grads[5]
-        )
-        for key, value in saved.items():
-            mod, name = key.split(".")
-            setattr(modules[mod], name, value)
+            dout, None, u, delta, A, B, C, D, z, bias, None, outs[2], True, *grads[:5], grads[5],
+            plan=bplan,
+        )  # fmt: skip
     # linear_scan (its backward is the same kernel, reversed) and selective_state_update
     records.append(dict(case="linear_scan"))
     a, b, init = torch.rand(37, 8), torch.randn(37, 8), torch.randn(8)

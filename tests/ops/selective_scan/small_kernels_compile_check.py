@@ -14,7 +14,7 @@ import sys
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("run without TRITON_INTERPRET=1: this compiles for sm_90")
 
-from ssmscan.ops.selective_scan import triton_bwd, triton_common
+from ssmscan.ops.selective_scan import triton_bwd_reduce, triton_common
 from ssmscan.testing.triton_sm90 import compile_sm90
 
 
@@ -31,7 +31,7 @@ def main() -> None:
                     G=1, rows=8, dAp="*fp32", dA="*fp32", dDp="*fp32", dD="*fp32", dbp="*fp32", dbias="*fp32",
                     n_A=65536, dim=4096, N=16, NP=16, BLOCK_L=32, U=8, HAS_A=opt, HAS_D=opt,
                     HAS_BIAS=opt)  # fmt: skip
-        compile_sm90(triton_bwd._selective_scan_bwd_sum_partials_kernel, vals, 4)
+        compile_sm90(triton_bwd_reduce._selective_scan_bwd_sum_partials_kernel, vals, 4)
         print(f"sum_partials {dbt[1:]}/{dct[1:]} optional={opt} ok")
 
 

@@ -11,6 +11,7 @@ import re
 import sys
 
 from ssmscan.ops.selective_scan import triton_bwd_split
+from ssmscan.ops.selective_scan.plan import SPLIT_BLOCK_D, SPLIT_TT
 from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN
 from ssmscan.testing.triton_sm90 import compile_sm90
 
@@ -30,15 +31,15 @@ def compile_ttgir(dtype: str, full: bool, seg: bool, **ints: int) -> str:
         NCK=9,
         SEG=8,
         SOFTPLUS=full,
-        NP=triton_bwd_split.SPLIT_NP,
+        NP=16,
         CK=CHECKPOINT_LEN,
-        BLOCK_D=triton_bwd_split.SPLIT_BLOCK_D,
+        BLOCK_D=SPLIT_BLOCK_D,
         HAS_D=full,
         HAS_Z=full,
         HAS_BIAS=full,
         HAS_DLAST=seg,
         HAS_SEG=seg,
-        TT=triton_bwd_split.SPLIT_TT,
+        TT=SPLIT_TT,
         EMU=False,
     )
     values.update(ints)

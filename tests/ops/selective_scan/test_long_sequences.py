@@ -90,10 +90,10 @@ def _triton_tests():
 
 def _spy_kernels(monkeypatch) -> set[str]:
     """The names of the kernels the selective-scan launchers start, collected from now on."""
-    from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
+    from ssmscan.ops.selective_scan import triton_bwd_launch, triton_fwd
 
     seen: set[str] = set()
-    for mod in (triton_fwd, triton_bwd):
+    for mod in (triton_fwd, triton_bwd_launch):
         real = mod.launcher
 
         def spy(kernel, *a, _real=real):
@@ -118,22 +118,28 @@ def test_triton_gpu_long_sequence(L, variant, main, monkeypatch):
     """Every Triton backward main kernel at 2^20 + a few steps, fp32, batch 1, 32 channels in two
     groups of B / C: L split into segments (the default at this size) and kept in one segment
     (one program walks all 2^20 steps: the longest sums)."""
-    from ssmscan.ops.selective_scan import triton_bwd, triton_common
+    import warnings
+
+    from ssmscan.ops.selective_scan import triton_bwd
+    from ssmscan.ops.selective_scan.plan import Policy
 
     T = _triton_tests()
     dtype = torch.float32
     kw, dout, dlast = _case(32, L, 2, dtype)
     ref = _oracle(32, L, 2, dtype)
     kw_gpu = {k: (v.to(_DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
-    monkeypatch.setattr(triton_bwd, "BWD_VARIANT", variant)
     for segmenting in ("segments", "one-segment"):
-        with monkeypatch.context() as m:
-            if segmenting == "one-segment":
-                m.setattr(triton_common, "TARGET_WARPS", 0)
-                m.setattr(triton_common, "FWD_TARGET_WARPS", 0)
+        policy = Policy() if segmenting == "segments" else Policy(split_below_warps=0)
+        args = [kw_gpu[k] for k in T._ARGS]
+        plan = triton_bwd.plan_for(args[0], args[2], args[3], args, policy)
+        if variant == "split":  # the lane plan's fallback
+            plan = plan.fallback
+        with monkeypatch.context() as m, warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # no layout-check fallback
             seen = _spy_kernels(m)
-            (out, last, ckpt), grads = T._run_launchers(kw_gpu, dout.to(_DEVICE), dlast.to(_DEVICE))
+            (out, last, ckpt), grads = T._run_launchers(
+                kw_gpu, dout.to(_DEVICE), dlast.to(_DEVICE), policy, bwd_plan=plan
+            )
         assert main in seen, (segmenting, sorted(seen))
-        assert triton_bwd.BWD_VARIANT == variant, "the kernel fell back"
         got = (out, last, ckpt, {k: grads[k] for k in ref[3]})
         _check(got, ref, dtype, f"{variant} {segmenting}")

@@ -31,5 +31,5 @@ def test_no_traced_kernel_writes_an_op_input(tmp_path):
         timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    # 51 launches over the configurations, and the negative control
-    assert res.stdout.count(" ok\n") == 52, res.stdout
+    # 37 launches over the configurations, and the negative control
+    assert res.stdout.count(" ok\n") == 38, res.stdout

@@ -15,11 +15,8 @@ import torch
 pytest.importorskip("triton")
 
 from ssmscan.ops.selective_scan import triton_fwd
-from ssmscan.ops.selective_scan.triton_fwd_lane import (
-    LaneLayoutError,
-    lane_geometry,
-    lane_layout_problem,
-)
+from ssmscan.ops.selective_scan.layout_check import LaneLayoutError, lane_layout_problem
+from ssmscan.ops.selective_scan.plan import Policy, lane_geometry
 
 _OP = (
     '%r = tt.elementwise_inline_asm "shfl.sync.idx.b32 $0, $1, $2, $3, -1;" {constraints = '
@@ -99,8 +96,8 @@ def test_lane_forward_shuffle_layouts():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    # the layouts (34 configurations, 2 traced backward ones) and the traced kernels' inline asm
-    assert res.stdout.count(" ok") == 38, res.stdout
+    # the layouts (29 configurations, 2 traced backward ones) and the traced kernels' inline asm
+    assert res.stdout.count(" ok") == 32, res.stdout
 
 
 def test_small_kernels_compile_for_sm90():
@@ -116,24 +113,26 @@ def test_small_kernels_compile_for_sm90():
     assert res.stdout.count(" ok") == 7, res.stdout
 
 
-def test_launch_falls_back_to_the_2d_kernel(monkeypatch):
+def test_launch_falls_back_to_the_2d_kernel_per_call(monkeypatch):
     """A lane kernel that fails its layout check (raised before its first launch) sends this call
-    and every later one to the 2-D kernel, with a warning."""
+    to its plan's fallback (the 2-D kernel), with a warning; the next call tries the lane plan
+    again: the fallback is the plan's, not the process's."""
+    from ssmscan.ops.selective_scan.plan import H200, plan_forward
+
     calls = []
 
     def fake_launch(*args):
-        calls.append(triton_fwd.FWD_VARIANT)
-        if triton_fwd.FWD_VARIANT == "lane":
+        calls.append(args[-1].kernel)
+        if args[-1].kernel == "lane":
             raise LaneLayoutError("laid out differently")
 
     monkeypatch.setattr(triton_fwd, "_launch", fake_launch)
-    monkeypatch.setattr(triton_fwd, "FWD_VARIANT", "lane")
+    plan = plan_forward(1, 64, 512, 16, 1, torch.float32, (torch.float32,) * 2, True, H200)
     x = torch.zeros(1, 1, 1)
-    with pytest.warns(UserWarning, match="laid out differently; using the 2-D forward kernel"):
-        triton_fwd.launch(*([x] * 9), True, x, x, x)
-    assert calls == ["lane", "tile"]
-    triton_fwd.launch(*([x] * 9), True, x, x, x)
-    assert calls == ["lane", "tile", "tile"]
+    for _ in range(2):
+        with pytest.warns(UserWarning, match="laid out differently; this call runs the 2-D"):
+            triton_fwd.launch(*([x] * 9), True, x, x, x, plan=plan)
+    assert calls == ["lane", "tile", "lane", "tile"]
 
 
 @pytest.mark.gpu
@@ -142,13 +141,12 @@ def test_launch_falls_back_to_the_2d_kernel(monkeypatch):
 def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
     """The eager launcher's check (every kernel it compiles) accepts what the GPU's Triton made of
     the lane kernel at each geometry, aligned and odd L: no fallback, no warning."""
+    from ssmscan.ops.selective_scan import layout_check
     from ssmscan.ops.selective_scan import op as _op  # noqa: F401  (registers the ops)
-    from ssmscan.ops.selective_scan import triton_fwd_lane
     from ssmscan.testing import make_selective_scan_inputs
 
-    assert triton_fwd.FWD_VARIANT == "lane"
     seen = []
-    real = triton_fwd_lane.check_lane_layout
+    real = layout_check.check_lane_layout
 
     def counting(KL, bfly=False):
         check = real(KL, bfly)
@@ -176,13 +174,12 @@ def test_lane_layout_check_passes_on_the_gpu(dtype, recwarn):
     finally:
         mp.undo()
     torch.cuda.synchronize()
-    assert triton_fwd.FWD_VARIANT == "lane"
     assert not [w for w in recwarn if "lane" in str(w.message)]
     assert sorted(set(seen)) == [2, 4, 8], seen
 
 
 def test_padded_steps():
-    from ssmscan.ops.selective_scan.triton_fwd_lane import padded_steps
+    from ssmscan.ops.selective_scan.plan import padded_steps
 
     for L in (1, 7, 8, 63, 2048, 2047):
         for TT in (4, 8):
@@ -224,30 +221,31 @@ def test_prep_bc_lane_copies_and_pads_with_zeros(N, NP):
     torch.testing.assert_close(grouped[:, 0, :, :N], X[:, 0].transpose(1, 2), rtol=0, atol=0)
 
 
-def test_split_cap_only_beyond_the_waves(monkeypatch):
-    """``triton_fwd.split_cap``: 128 registers for a split real pass of more than two waves of
-    8 two-warp programs per multiprocessor (132 on the H200), nothing below, on the CPU, or when
-    ``LANE_OPTIONS`` sets its own cap."""
-    monkeypatch.setattr(triton_fwd, "_sm_count", lambda index: 132)
-    cuda = torch.device("cuda", 0)
-    assert triton_fwd.split_cap(64 * 64, 2, cuda) == {"maxnreg": 128}  # (1, 1024, 65536)
-    assert triton_fwd.split_cap(96 * 16, 2, cuda) == {}  # (1, 1536, 4096): 1.45 waves
-    assert triton_fwd.split_cap(2 * 132 * 8 + 1, 2, cuda) == {"maxnreg": 128}
-    assert triton_fwd.split_cap(2 * 132 * 8, 2, cuda) == {}
-    assert triton_fwd.split_cap(64 * 64, 2, torch.device("cpu")) == {}
-    monkeypatch.setattr(triton_fwd, "LANE_OPTIONS", {"maxnreg": 96})
-    assert triton_fwd.split_cap(64 * 64, 2, cuda) == {}
+def test_split_cap_only_beyond_the_waves():
+    """The split lane forward's real pass is capped at ``Policy.split_regs`` (128) registers
+    beyond two waves of 8 two-warp programs per multiprocessor (132 on the H200), not below, not
+    under the interpreter."""
+    from ssmscan.ops.selective_scan.plan import H200, INTERPRETED, plan_forward
+
+    def cap(batch, dim, L, facts=H200):
+        plan = plan_forward(batch, dim, L, 16, 1, torch.float32, (torch.float32,) * 2, True,
+                            facts, Policy(two_channels=False))  # fmt: skip
+        return plan.real.kw().get("maxnreg"), plan.nseg
+
+    assert cap(1, 1024, 65536) == (128, 66)  # 4224 programs: 4 waves of 1056
+    assert cap(1, 1536, 4096) == (None, 22)  # 2112 programs: two waves
+    assert cap(1, 1024, 65536, INTERPRETED) == (None, 64)
 
 
-def test_fill_waves_fills_the_real_pass_waves(monkeypatch):
-    """``triton_fwd.fill_waves`` (``LANE_SEGMENTS`` = -1): as many segments as fill the waves
-    (8 two-warp programs per multiprocessor, 132 multiprocessors) that the chunk policy's count
-    starts; that count where it is one wave or less, and on the CPU."""
-    monkeypatch.setattr(triton_fwd, "_sm_count", lambda index: 132)
-    cuda = torch.device("cuda", 0)
-    assert triton_fwd.fill_waves(96, 16, 2, cuda) == 22  # (1, 1536, 4096): 1.45 -> 2 waves
-    assert triton_fwd.fill_waves(64, 64, 2, cuda) == 66  # (1, 1024, 65536): 3.9 -> 4 waves
-    assert triton_fwd.fill_waves(192, 16, 2, cuda) == 16  # (2, 1536, 4096): 2.9 -> 3, as it was
-    assert triton_fwd.fill_waves(4, 3, 2, cuda) == 3  # a fraction of a wave: unchanged
-    assert triton_fwd.fill_waves(96, 32, 1, cuda) == 44  # one-warp programs: 16 a multiprocessor
-    assert triton_fwd.fill_waves(96, 16, 2, torch.device("cpu")) == 16
+def test_fill_waves_fills_the_real_pass_waves():
+    """``plan.fill_waves``: as many segments as fill the waves (8 two-warp programs per
+    multiprocessor at 128 registers, 132 multiprocessors) that the chunk policy's count starts;
+    that count where it is one wave or less, and under the interpreter."""
+    from ssmscan.ops.selective_scan.plan import H200, INTERPRETED, fill_waves
+
+    assert fill_waves(96, 16, 2, 128, H200) == 22  # (1, 1536, 4096): 1.45 -> 2 waves
+    assert fill_waves(64, 64, 2, 128, H200) == 66  # (1, 1024, 65536): 3.9 -> 4 waves
+    assert fill_waves(192, 16, 2, 128, H200) == 16  # (2, 1536, 4096): 2.9 -> 3, as it was
+    assert fill_waves(4, 3, 2, 128, H200) == 3  # a fraction of a wave: unchanged
+    assert fill_waves(96, 32, 1, 128, H200) == 44  # one-warp programs: 16 a multiprocessor
+    assert fill_waves(96, 16, 2, 128, INTERPRETED) == 16

@@ -3,16 +3,16 @@
 Note [eager launch plans]
 -------------------------
 An eager call of our launchers (``triton_fwd.forward``, ``triton_bwd.backward``) is a few
-Triton launches and allocations wrapped in a few hundred lines of Python that only look at
-shapes, strides, dtypes, devices, pointer alignment, flags and module settings: which kernel,
-which grid, which segments, which buffers. At batch 1 that Python, not the GPU, sets the time of
-an eager call (``benchmarks/RESULTS.md``). ``planned(knobs)(fn)`` keys every call by its
-*signature*: every argument's dtype, shape, strides, device and address modulo 16, which
-arguments are the same tensor, the non-tensor arguments, the current device and ``knobs()`` (the
-module settings that steer the launchers). The second call with a signature (a first one may
-never recur: varying lengths) runs ``fn`` normally while a ``TorchDispatchMode`` and the launcher
-(``triton_launch``) record what it did: every aten op, every Triton launch (the compiled kernel
-and its argument values), the result. Later calls with that signature replay the record:
+Triton launches and allocations wrapped in Python that only looks at shapes, strides, dtypes,
+devices and pointer alignment: the planner's inputs (``selective_scan.plan``), then the plan's
+buffers and launches. At batch 1 that Python, not the GPU, sets the time of an eager call.
+``planned(fn)`` keys every call by its *signature*: every argument's dtype, shape, strides,
+device and address modulo 16, which arguments are the same tensor, the non-tensor arguments and
+the current device (everything the planner reads). The second call with a signature (a first
+one may never recur: varying lengths) runs ``fn`` normally while a ``TorchDispatchMode`` and the
+launcher (``triton_launch``) record what it did: every aten op, every Triton launch (the
+compiled kernel and its argument values), the result. Later calls with that signature replay
+the record:
 
 * tensors are named by slot (the arguments, each op's outputs); a replayed op runs again on
   this call's tensors, a replayed launch goes straight to Triton's compiled launcher
@@ -30,7 +30,7 @@ and its argument values), the result. Later calls with that signature replay the
 
 What makes a replay equal to the normal path: the launchers read no tensor data on the host, and
 the record proves it (an op with a non-tensor result, such as ``item()``, rejects the record; so
-does a tensor the record cannot name, or a setting the call changed); everything else they decide
+does a tensor the record cannot name); everything else they decide
 from what is in the key. Every kernel launch goes through ``launcher()`` (a launch made around it
 would be missing from the replays; a test greps for one). A rejected signature runs the normal
 path from then on, and so does a call while a recorded kernel has pre-run hooks.
@@ -53,10 +53,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-# On by default since the eleventh session (H200, 2026-12-01: the GPU tests pass, the plan GPU
-# test clean under compute-sanitizer memcheck; host time to enqueue at (1, 1536, 4096) bf16 through
-# the op: forward 254 -> 112 us, forward+backward 586 -> 248 us; the API's forward 238 -> 83 us,
-# ``plan_host.py``). False: the launchers' normal path everywhere.
+# Recorded launches are on (H200, 2026-12-01: the GPU tests pass, the plan GPU test clean under
+# compute-sanitizer memcheck; host time to enqueue at (1, 1536, 4096) bf16 through the op: forward
+# 254 -> 112 us, forward+backward 586 -> 248 us). False: the launchers' normal path everywhere
+# (tests and host-time comparisons set it around a call).
 ENABLED = True
 MAX_PLANS = 256  # per planned function; the oldest is dropped beyond it
 ARENA_ALIGN = 256  # bytes: every arena buffer starts at a multiple (the allocator's own is 512)
@@ -463,9 +463,8 @@ class _Unplannable(Exception):
 
 
 class _Planned:
-    def __init__(self, fn: Callable[..., Any], knobs: Callable[[], tuple]) -> None:
+    def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
-        self.knobs = knobs
         self.plans: dict[tuple, Any] = {}
         self.seen: dict[tuple, None] = {}  # keys called once: recorded on their second call
         self.rejected: dict[tuple, str] = {}  # key -> why (tests and benchmarks read it)
@@ -476,7 +475,7 @@ class _Planned:
         ak = _arg_key(args)
         if ak is None:
             return self.fn(*args)
-        key = (self.knobs(), _current_device(args), *ak)
+        key = (_current_device(args), *ak)
         plan = self.plans.get(key)
         if plan is not None:
             if plan is _REJECTED or plan.hooked():
@@ -496,8 +495,6 @@ class _Planned:
                 result = self.fn(*args)
         finally:
             TLS.recorder = None
-        if self.knobs() != key[0]:  # a launcher changed a setting (a layout fallback)
-            rec.reject("a module setting changed during the call")
         plan: Any = _REJECTED
         if rec.ok:
             try:
@@ -521,14 +518,10 @@ def _put(d: dict, key: tuple, value: Any) -> None:
     d[key] = value
 
 
-def planned(knobs: Callable[[], tuple]) -> Callable[[Callable[..., Any]], _Planned]:
-    """Decorator: run ``fn`` through recorded plans (Note [eager launch plans]); ``knobs()`` returns
-    the module settings its launches depend on (part of every key). ``fn`` takes tensors, None,
-    bools, ints and floats, and returns tensors (in tuples and lists)."""
-
-    def wrap(fn: Callable[..., Any]) -> _Planned:
-        planned_fn = _Planned(fn, knobs)
-        wraps(fn)(planned_fn)
-        return planned_fn
-
-    return wrap
+def planned(fn: Callable[..., Any]) -> _Planned:
+    """Decorator: run ``fn`` through recorded launches (Note [eager launch plans]). ``fn`` takes
+    tensors, None, bools, ints and floats, and returns tensors (in tuples and lists); what it
+    launches must follow from the key (the arguments' signature and the current device)."""
+    planned_fn = _Planned(fn)
+    wraps(fn)(planned_fn)
+    return planned_fn

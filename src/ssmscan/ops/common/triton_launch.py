@@ -11,7 +11,7 @@ written, so results are the same and the kernel signature is the same on every p
 
 Note [eager launch cache]: in eager (``wrap_triton`` disabled: the op's real CUDA body) a launch
 through ``JITFunction.run`` binds and specializes every argument, builds a string cache key, looks
-up hooks and globals and builds launch metadata for the (empty) hook chain, for our
+up hooks and module names and builds launch metadata for the (empty) hook chain, for our
 ~30-argument kernels several times per op call. ``_Launcher`` keeps, per kernel, the compiled
 kernels it has launched under a key of exactly what Triton specializes on (each tensor's dtype
 and 16-byte alignment; each int's range, equality to 1 and divisibility by 16; constexpr values;

@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ssmscan.ops.common.device import DeviceFacts, device_facts
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
 
@@ -47,6 +48,20 @@ def _linear_scan_fwd_kernel(
         tl.store(out + o, h, mask=m_m)
 
 
+def block_columns(M: int, facts: DeviceFacts) -> int:
+    """Columns per program: the widest block that still leaves two programs per multiprocessor
+    (one at 256 columns), so that many programs are in flight to cover the loads' latency.
+
+    Example:
+        >>> from ssmscan.ops.common.device import H200
+        >>> block_columns(1 << 20, H200), block_columns(40000, H200), block_columns(1000, H200)
+        (1024, 256, 128)
+    """
+    if M >= 1024 * 2 * facts.sm_count:
+        return 1024
+    return 256 if M >= 256 * facts.sm_count else 128
+
+
 def launch(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -60,7 +75,7 @@ def launch(
     M = b.numel() // L if L > 0 else 0
     if L == 0 or M == 0:
         return
-    block_m = 1024 if M >= 1024 * 264 else 256 if M >= 256 * 132 else 128
+    block_m = block_columns(M, device_facts(b.device))
     grid = (cdiv(M, block_m),)
     launcher(_linear_scan_fwd_kernel)[grid](
         a.contiguous(),

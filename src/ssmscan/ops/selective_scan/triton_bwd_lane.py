@@ -1,4 +1,4 @@
-"""The "lane" kernels of ``ssmscan::selective_scan_bwd`` (CUDA; ``BWD_VARIANT = "lane"``, the
+"""The "lane" kernels of ``ssmscan::selective_scan_bwd`` (CUDA; the plan's ``main = "lane"``, the
 default): the main kernel and the segments' local pass.
 
 Note [selective scan backward lanes]
@@ -17,24 +17,24 @@ reduce-scatter that halves the in-thread states twice (channel bit 2, then 1) an
 value over channel bit 0: 4 shuffles; lane (d, k) ends with the total for state 4 k + 2 (d >> 2
 & 1) + (d >> 1 & 1), rows d and d ^ 1 alike, stored once (d even).
 
-Both shuffles rely on Triton's layouts: ``lane_layout_problem`` (``triton_fwd_lane``) checks the
+Both shuffles rely on Triton's layouts: ``lane_layout_problem`` (``layout_check``) checks the
 ``shfl.sync.idx`` operands; ``bfly_layout_problem`` here the butterflies' (lane bits 0-1 on k,
 2-4 on the channel). The eager launcher runs both on every kernel it compiles before its first
 launch; the launcher falls back to the split kernel when they fail.
 
 Each iteration loads the *next* tile's start state and u / delta / dout / z (``PREFETCH``,
 carried through the loop; 255 registers, no spills) and prefetches its B_t / C_t rows into L1
-(``_prefetch_bc_l1``, ``PREFETCH_BC``: a hint, one ``prefetch.global.L1`` per thread and tile).
+(``_prefetch_bc_l1``, ``PREFETCH_BC``: a hint, one L1 prefetch per thread and tile).
 Why: Nsight Compute on the kernel without them (H200, (8, 4096, 2048, 16) bf16): 2 warps per
 scheduler (255 registers), issue slots 41% busy, 37% of the cycles between a warp's instructions
-waiting on global loads; cutting instructions (129 here vs the split kernel's 151 per step) had
+waiting on memory loads; cutting instructions (129 here vs the split kernel's 151 per step) had
 bought only 1-3%. With the tile prefetch the kernel went 2.66 -> 2.36 ms bf16, 2.64 -> 2.57 fp32
 there, 0.98 -> 0.89 / 0.98 -> 0.97 at (16, 1536, 1024, 16); the L1 prefetch then 2.57 -> 2.48
 fp32 (bf16 unchanged) and 4.91 -> 4.63 ms for the whole forward+backward at (1, 1024, 65536, 16)
 bf16. Register caps (``maxnreg`` 200 / 184 / 168, 10-12 warps per multiprocessor) spill and were
 13-45% slower; reloading B_t / C_t in the adjoint instead of keeping them, 15-20% slower.
 
-Status: the default backward main kernel since 2026-12-01 (seventh session): correct against
+Status: the default backward main kernel since 2026-12-01: correct against
 float64 on the H200 in fp32 / bf16 / fp16 (``gpu_errors.py``, the GPU tests), faster than the
 split kernel at every benchmark shape but (1, 1024, 65536) bf16 without the L1 prefetch.
 
@@ -54,10 +54,9 @@ passes, with those copies presumably in its graph). Two things made it do so:
 
 * an inline asm it cannot prove free of side effects (``is_pure=False``: the L1 prefetch, which
   must not be optimized away) stops the analysis, and torch then takes *every* argument as
-  written. So a traced launch of this main kernel (``prefetch_bc``; the kernel without the
-  prefetch was checked against float64 on the H200 in the seventh session) and of the time-lane
-  forward (``PREFETCH_L1``) goes without it, and every other inline asm is pure (shuffles,
-  ``rcp``);
+  written. So a traced launch of this main kernel goes without it (the plan's
+  ``prefetch_bc``; the kernel without the prefetch checked against float64 on the H200), and
+  every other inline asm is pure (shuffles, ``rcp``);
 * torch takes a value that a (not yet inlined) ``tt.call`` returns as derived from every argument
   of the call: the tile and split backward kernels stored their gradients at offsets that
   ``_tile_inputs`` returned beside its loads of u / delta / dout / z, so those four counted as
@@ -73,10 +72,6 @@ asm in the traced configurations' TTIR.
 
 from __future__ import annotations
 
-import functools
-import re
-from typing import Any
-
 import triton
 import triton.language as tl
 
@@ -89,33 +84,14 @@ from ssmscan.ops.selective_scan.triton_common import (
     _softplus,
 )
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
-    _ALIAS,
-    LaneLayoutError,
-    _bases,
+    _fwd_tile_lane,
     _lane_bcast,
+    _lane_loads,
     _slot,
+    _tile_bcast,
+    _tile_bcast1,
     fold_segments,
-    lane_layout_problem,
 )
-
-LANE_KL = 4  # lanes per channel (the launcher passes lane_geometry(16): KL 4, TPL 2)
-# the main kernel loads the next tile's inputs while one computes (a module constant so that the
-# benchmark can time both)
-PREFETCH = True
-# extra launch options of the main kernel (e.g. {"maxnreg": 184}); a module constant so that the
-# benchmark can time register caps
-OPTIONS: dict[str, int] = {}
-# the next tile's B_t / C_t prefetched into L1 (``_prefetch_bc_l1``; H200, 2026-12-01, main
-# kernel ms off / on: 2.57 / 2.48 fp32, 2.36 / 2.36 bf16 at 8x4096x2048; 0.97 / 0.94, 0.89 / 0.90
-# at 16x1536x1024; whole fwd+bwd at 1x1024x65536 bf16 4.91 / 4.63); eager launches only
-# (``prefetch_bc``)
-PREFETCH_BC = True
-
-
-def prefetch_bc(traced: bool) -> bool:
-    """The main kernel's ``PREFETCH_BC`` for a launch, ``traced`` under ``wrap_triton``: off
-    there (Note [traced kernels' inline asm])."""
-    return PREFETCH_BC and not traced
 
 
 @triton.jit
@@ -167,7 +143,7 @@ def _sum_states(x):
 
 @triton.jit
 def _prefetch_bc_l1(Bt, Ct, row0, BLOCK_D: tl.constexpr, KL: tl.constexpr, NP: tl.constexpr):
-    """``prefetch.global.L1`` of the TT = 8 rows of B_t and of C_t from element ``row0`` of the
+    """The L1 prefetch of the TT = 8 rows of B_t and of C_t from element ``row0`` of the
     time-padded copies (2 x 512 bytes): one 32-byte sector per thread of the (BLOCK_D, KL) =
     (8, 4) warp. A hint: nothing is read into registers, so no layout assumption (a different
     layout only prefetches a sector twice); nothing under the interpreter."""
@@ -441,181 +417,193 @@ def _selective_scan_bwd_lane_kernel(
         tl.store(dbiasp + i_bs * dim + o_d, db_tot, mask=m_d)
 
 
-_BFLY = re.compile(
-    r'tt\.elementwise_inline_asm "shfl\.sync\.bfly[^"]*".*?'
-    r": tensor<([\dx]+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
-)
-
-
-def _unit(rank: int, d: int, v: int) -> tuple[int, ...]:
-    return tuple(v if i == d else 0 for i in range(rank))
-
-
-def bfly_layout_problem(ttgir: str) -> str | None:
-    """What breaks ``_rs8l``'s layout assumption in the compiled TTGIR, or None when every
-    ``shfl.sync.bfly`` operand ((8, 4) or (8, 4, 2)) has lane bits 0-1 on k (dimension 1) and
-    2-4 on the channel (dimension 0), and nothing else of those dimensions in registers or
-    warps."""
-    aliases = dict(_ALIAS.findall(ttgir))
-    found = _BFLY.findall(ttgir)
-    if not found:
-        return "no shfl.sync.bfly in the TTGIR"
-    for shape, enc in set(found):
-        rank = len(shape.split("x"))
-        try:
-            b = _bases(enc, aliases)
-        except (KeyError, ValueError, AttributeError):
-            return f"a butterfly operand has a layout the check cannot read: {enc}"
-
-        want = [_unit(rank, 1, 1), _unit(rank, 1, 2)] + [_unit(rank, 0, v) for v in (1, 2, 4)]
-        rest = b["register"] + b["warp"]
-        if b["lane"] != want or any(v[0] or v[1] for v in rest):
-            return f"a butterfly operand ({shape}) has layout {aliases.get(enc, enc)}"
-    return None
-
-
-@functools.cache
-def check_bwd_lane_layout() -> Any:
-    """A ``launcher`` check for the lane backward: both shuffles' layouts."""
-
-    def check(compiled: Any) -> None:
-        ttgir = compiled.asm["ttgir"]
-        problem = lane_layout_problem(ttgir, LANE_KL) or bfly_layout_problem(ttgir)
-        if problem is not None:
-            raise LaneLayoutError(
-                f"ssmscan's lane backward kernel compiled (Triton {triton.__version__}) to a "
-                f"layout its shuffles cannot use: {problem}"
-            )
-
-    return check
-
-
 @triton.jit
-def _bwd_lane_local_loads(
-    dout,
-    delta,
-    z,
-    p_C,
-    row,
-    m_dn,
-    k,
-    L,
-    NP: tl.constexpr,
-    KL: tl.constexpr,
-    TPL: tl.constexpr,
-    HAS_Z: tl.constexpr,
-):
-    """Tile k's delta, dout, z (dout when there is none) as loaded, (BLOCK_D, KL, TPL), and its
-    C_t (1, KL, NP // KL) fp32 (time-padded, no mask). The steps past L read as 0 (the caller
-    masks the steps past its segment)."""
-    BLOCK_D: tl.constexpr = row.shape[0]
-    TT: tl.constexpr = KL * TPL
-    T3: tl.constexpr = (BLOCK_D, KL, TPL)
-    o_tt = k * TT + tl.arange(0, TT)
-    m2 = m_dn & (o_tt < L)[None, :]
-    p = row[:, None] + o_tt[None, :]
-    b_x = tl.reshape(tl.load(delta + p, mask=m2, other=0.0), T3)
-    b_do = tl.reshape(tl.load(dout + p, mask=m2, other=0.0), T3)
-    if HAS_Z:
-        b_z = tl.reshape(tl.load(z + p, mask=m2, other=0.0), T3)
-    else:
-        b_z = b_do
-    Cs = ()
-    for j in tl.static_range(TT):
-        Cs = Cs + (tl.reshape(tl.load(p_C + (k * TT + j) * NP), (1, KL, NP // KL)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    return b_x, b_do, b_z, Cs
-
-
-@triton.jit
-def _selective_scan_bwd_lane_local_kernel(
-    dout,  # (batch, dim, L) gradient of out
-    delta,  # (batch, dim, L)
-    A2,  # (dim, NP) fp32, A * log2(e)
-    Ct,  # (batch, G, LP, NP) fp32, time-padded (``padded_steps``)
-    z,  # (batch, dim, L) or None
-    delta_bias,  # (dim,) fp32 or None
-    # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of each segment from zero, all but
-    # segment 0 (the grid has NSEG - 1 programs on axis 2)
-    seg_loc,
-    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over each segment but the first
-    dim,  # channels
-    L,  # sequence length
-    LP,  # steps of Ct
-    G,  # groups of B / C
-    NC,  # chunks = cdiv(L, CK)
-    SEG,  # chunks per segment
+def _states_adj_tile_lane(
+    h,
+    P,
+    g,
+    ins,
+    b_do,
+    b_A2,
+    b_bias,
+    m_d,
+    o_k,
+    o_j,
+    t0,
+    t_end,
+    dt_sum,
     SOFTPLUS: tl.constexpr,
-    NP: tl.constexpr,
-    CK: tl.constexpr,
-    BLOCK_D: tl.constexpr,  # the lane forward's block (``triton_fwd.fwd_block_channels``)
     KL: tl.constexpr,
     TPL: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    BCAST_TILE: tl.constexpr = False,
 ):
-    """Pass 1 of the segmented backward (Note [selective scan segments]) on the lane forward's
-    tiles (Note [selective scan forward lanes]): the adjoint alone, G <- a_t (G + C_t dy_t),
-    reversed over one segment from zero; the next tile's inputs are loaded while one computes.
-    The (dim, NP) outputs are the lane / split kernels' state layout."""
+    """The states kernel's tile with the segments' local adjoint (``ADJ``): the TT steps from t0
+    of h <- a_t h + dt_t u_t B_t and, on the same a_t = exp2(dt_t A2), P <- a_t P (the decay
+    from the segment's first step through t) and g <- g + P C_t dy_t (Note [selective scan
+    segments]: the local pass's a_{t_beg} g_{t_beg} from zero, summed forward). Returns (h, P,
+    g, dt_sum)."""
+    TT: tl.constexpr = KL * TPL
+    b_u, b_dt, b_z, Bs, Cs = ins
+    b_u = b_u.to(tl.float32)
+    b_dt = b_dt.to(tl.float32)
+    m = m_d[:, None, None] & (t0 + o_j < t_end)
+    if HAS_BIAS:
+        b_dt += b_bias[:, None, None]
+    if SOFTPLUS:
+        b_dt = _softplus(b_dt)
+    b_dt = tl.where(m, b_dt, 0.0)  # steps past the segment: decay 1, no input
+    dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
+    b_du = b_dt * b_u
+    b_dy = b_do.to(tl.float32)
+    if HAS_Z:
+        b_z = b_z.to(tl.float32)
+        b_dy = b_dy * b_z * _sigmoid(b_z)
+    b_dy = tl.where(m, b_dy, 0.0)
+    ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # ``_fwd_tile_lane``'s
+    if ONE:
+        bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
+        bdys = _tile_bcast1(b_dy, KL, TPL)
+    for j in tl.static_range(TT):
+        if ONE:
+            b_dtj = bdts[j][:, :, None]
+            b_duj = bdus[j][:, :, None]
+            b_dyj = bdys[j][:, :, None]
+        else:
+            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+        a = tl.exp2(b_dtj * b_A2)
+        h = a * h + b_duj * Bs[j]
+        P = P * a
+        g += P * (Cs[j] * b_dyj)
+    return h, P, g, dt_sum
+
+
+@triton.jit
+def _tile_load(x, row, m_d, t0, t_end, KL: tl.constexpr, TPL: tl.constexpr):
+    """x's TT = KL * TPL steps from t0 as loaded, (BLOCK_D, KL, TPL) (0 past t_end)."""
+    TT: tl.constexpr = KL * TPL
+    o_tt = t0 + tl.arange(0, TT)
+    m2 = m_d[:, None] & (o_tt < t_end)[None, :]
+    p = row[:, None] + o_tt[None, :]
+    return tl.reshape(tl.load(x + p, mask=m2, other=0.0), (row.shape[0], KL, TPL))
+
+
+@triton.jit
+def _selective_scan_bwd_lane_states_kernel(
+    u,  # (batch, dim, L)
+    delta,  # (batch, dim, L)
+    A2,  # (dim, NP) fp32, A * log2(e)
+    Bt,  # (batch, G, LP, NP) fp32, time-padded as the lane forward's
+    delta_bias,  # (dim,) fp32 or None
+    ckpt,  # (batch, dim, NCK, NP) fp32: the forward's checkpoints
+    tstates,  # (batch, dim, cdiv(L, KL * TPL), NP) fp32 out: the state before every tile
+    dim,  # channels
+    L,  # sequence length
+    LP,  # steps of Bt
+    G,  # groups of B / C
+    NCK,  # checkpoint entries = cdiv(L, CK) + 1
+    SOFTPLUS: tl.constexpr,
+    NP: tl.constexpr,
+    CK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    KL: tl.constexpr,
+    TPL: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    # ADJ: one program per segment of SEG chunks, which also runs the backward's local adjoint
+    # pass (Note [selective scan segments]) on the same exponentials; without, these are None
+    dout,  # (batch, dim, L) gradient of out
+    z,  # (batch, dim, L) or None
+    Ct,  # (batch, G, LP, NP) fp32, time-padded
+    seg_loc,  # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of each segment from zero
+    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over each segment
+    SEG,  # chunks per segment
+    HAS_Z: tl.constexpr,
+    ADJ: tl.constexpr,
+    BCAST_TILE: tl.constexpr = False,  # the forward's
+):
+    """The split backward's states kernel (Note [selective scan backward split] in
+    ``triton_bwd_split``) on the lane forward's tiles: one program per (channel block, batch,
+    chunk) walks the chunk from its checkpoint and writes the state before each of its tiles.
+    With ``ADJ`` a program walks a segment of SEG chunks from its first checkpoint and also
+    gives the segment's local adjoint and dt sum (what ``_selective_scan_bwd_lane_local_kernel``
+    gives, summed forward: one exp2 per (d, n, t) for both)."""
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
-    S3: tl.constexpr = (BLOCK_D, KL, SPT)
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
-    # no program for segment 0: the carry from the right never reads its adjoint
-    i_s = tl.program_id(2) + 1
-    NSEG = tl.num_programs(2) + 1
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
     m_d = o_d < dim
     m_dn = m_d[:, None]
     o_k = tl.arange(0, KL)
     o_n = tl.arange(0, NP)
-    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]  # (1, KL, TPL)
+    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]
+    S3: tl.constexpr = (BLOCK_D, KL, SPT)
     o_dn = o_d[:, None] * NP + o_n[None, :]
     b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
     b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
     row = (i_b * dim + o_d.to(tl.int64)) * L
     grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
-    p_C = Ct + (i_b * G + grp) * LP * NP + o_n
-    t_beg = i_s * SEG * CK
-    t_end = tl.minimum(tl.minimum(i_s * SEG + SEG, NC) * CK, L)
-    k_beg = t_beg // TT
-    k_end = tl.cdiv(t_end, TT)
-    G_adj = tl.zeros(S3, dtype=tl.float32)
-    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    nxt = _bwd_lane_local_loads(
-        dout, delta, z, p_C, row, m_dn, tl.maximum(k_end - 1, k_beg), L, NP, KL, TPL, HAS_Z
-    )
-    for kk in range(0, k_end - k_beg):
-        k = k_end - 1 - kk
-        cur = nxt
-        # the segment's first tile loads itself again (a valid tile, never used)
-        nxt = _bwd_lane_local_loads(
-            dout, delta, z, p_C, row, m_dn, tl.maximum(k - 1, k_beg), L, NP, KL, TPL, HAS_Z
+    p_B = Bt + (i_b * G + grp) * LP * NP + o_n
+    if ADJ:
+        c = tl.program_id(2) * SEG
+        t_end = tl.minimum(tl.minimum(c + SEG, NCK - 1) * CK, L)
+        p_C = Ct + (i_b * G + grp) * LP * NP + o_n
+    else:
+        c = tl.program_id(2)
+        t_end = tl.minimum(c * CK + CK, L)
+        p_C = p_B
+    ch = (i_b * dim + o_d.to(tl.int64))[:, None]
+    p_h = ckpt + ch * (NCK * NP) + c * NP + o_n[None, :]
+    h = tl.reshape(tl.load(p_h, mask=m_dn, other=0.0), S3)
+    p_ts = tstates + ch * (tl.cdiv(L, TT) * NP) + o_n[None, :]
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # ADJ's output (unused without)
+    P = tl.full(S3, 1.0, tl.float32)
+    g = tl.zeros(S3, dtype=tl.float32)
+    t_beg = c * CK
+    nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, not ADJ)
+    nxt_do = _tile_load(dout, row, m_d, t_beg, t_end, KL, TPL) if ADJ else None
+    for t0 in range(t_beg, t_end, TT):
+        t0 = tl.multiple_of(t0, TT)
+        tl.store(p_ts + (t0 // TT) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
+        ins = nxt
+        nxt = _lane_loads(
+            u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, not ADJ
         )
-        b_x, b_do, b_z, Cs = cur
-        b_x = b_x.to(tl.float32)
-        b_do = b_do.to(tl.float32)
-        m = m_dn[:, :, None] & (k * TT + o_j < t_end)
-        if HAS_BIAS:
-            b_x += b_bias[:, None, None]  # type: ignore[index]  # None only when the flag is off
-        if SOFTPLUS:
-            b_dt = _softplus(b_x)
+        if ADJ:
+            b_do = nxt_do
+            nxt_do = _tile_load(dout, row, m_d, t0 + TT, t_end, KL, TPL)
+            h, P, g, dt_sum = _states_adj_tile_lane(
+                h, P, g, ins, b_do, b_A2, b_bias, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS, KL,
+                TPL, HAS_Z, HAS_BIAS, BCAST_TILE,
+            )  # fmt: skip
         else:
-            b_dt = b_x
-        b_dt = tl.where(m, b_dt, 0.0)  # steps past the segment: decay 1, no input
-        if HAS_Z:
-            b_z = b_z.to(tl.float32)
-            b_dy = b_do * b_z * _sigmoid(b_z)
-        else:
-            b_dy = b_do
-        b_dy = tl.where(m, b_dy, 0.0)
-        dt_sum += _sum_states(b_dt)
-        for jj in tl.static_range(TT):
-            j = TT - 1 - jj
-            dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            G_adj = tl.exp2(dt_j * b_A2) * (G_adj + Cs[TT - 1 - jj] * dy_j)
-    i_bs = i_b * NSEG + i_s
-    tl.store(seg_loc + i_bs * (NP * dim) + o_dn, tl.reshape(G_adj, (BLOCK_D, NP)), mask=m_dn)
-    tl.store(seg_dt + i_bs * dim + o_d, dt_sum, mask=m_d)
+            h, dt_sum, _nB, _nC = _fwd_tile_lane(
+                h,
+                ins,
+                b_A2,
+                u,  # out: not written (LOCAL)
+                b_bias,
+                None,
+                row,
+                m_d,
+                o_k,
+                o_j,
+                t0,
+                t_end,
+                dt_sum,
+                SOFTPLUS,
+                KL,
+                TPL,
+                False,
+                False,
+                HAS_BIAS,
+                True,
+                BCAST_TILE=BCAST_TILE,
+            )
+    if ADJ:
+        i_bs = i_b * tl.num_programs(2) + tl.program_id(2)
+        tl.store(seg_loc + i_bs * (NP * dim) + o_dn, tl.reshape(g, (BLOCK_D, NP)), mask=m_dn)
+        tl.store(seg_dt + i_bs * dim + o_d, dt_sum, mask=m_d)

@@ -1,7 +1,7 @@
-"""The "split" kernels of ``ssmscan::selective_scan_bwd`` (CUDA, where ``applies``): the forward's
-layout. Since 2026-12-01 (seventh session) the default main kernel on this path is the lane one
+"""The "split" kernels of ``ssmscan::selective_scan_bwd`` (CUDA, where ``plan.split_applies``): the forward's
+layout. Since 2026-12-01 the default main kernel on this path is the lane one
 (``triton_bwd_lane``); the split main kernel here is its fallback when the lane kernel fails its
-layout check (and ``BWD_VARIANT = "split"``).
+layout check (the lane plan's fallback).
 
 Note [selective scan backward split]
 ------------------------------------
@@ -24,8 +24,8 @@ registers per channel.
   chunks: H200, 2026-12-01, whole fwd+bwd 5.59 -> 4.86 ms fp32 and 4.88 -> 4.48 ms bf16 at
   (8, 4096, 2048, 16), 2.21 -> 1.93 / 1.97 -> 1.80 ms at (16, 1536, 1024, 16), together with the
   softplus without log of ``triton_common``.)
-* Since 2026-12-01 (sixth session) the states kernel runs on the lane forward's tiles
-  (``triton_fwd_lane._selective_scan_bwd_lane_states_kernel``, Note [selective scan forward
+* Since 2026-12-01 the states kernel runs on the lane forward's tiles
+  (``triton_bwd_lane._selective_scan_bwd_lane_states_kernel``, Note [selective scan forward
   lanes]; the 2-D one here where that kernel fails its layout check): 43.8 -> 28.9 SASS
   instructions per step, and forward+backward 4.46 -> 4.18 ms fp32 / 4.29 -> 3.91 bf16 at (8,
   4096, 2048, 16) on the H200 (with the lane forward in both). The same shuffle broadcast in the
@@ -45,7 +45,7 @@ it knows at compile time: with L a multiple of 16 (and 16-byte aligned tensors) 
 tiles get the [1, 2] x [8, 4] layout and the assumption holds; with L = 2040 they get [1, 1] x
 [4, 8] and it does not; in the prototype at TT = 4 it did not either, and those gradients were
 wrong on the GPU while the interpreter (which emulates the shuffles with ``tl.gather``, ``EMU``)
-passed. Hence ``applies``: NP = 16, TT = 8, channels per group a multiple of 8, and on the GPU L a
+passed. Hence ``plan.split_applies``: NP = 16, TT = 8, channels per group a multiple of 8, and on the GPU L a
 multiple of 16 that Triton can see (a concrete int: a symbolic L under torch.compile(dynamic=True)
 reaches the kernel without its divisibility, so the split kernel is not used there) and aligned
 tensors; ``tile_rs`` otherwise. ``tests/ops/selective_scan/
@@ -57,8 +57,7 @@ The state-shaped buffers read or written once (dlast, the
 segments' adjoints, dA partials, dinitial_state) are (dim, NP) here too, as in the prototype, so
 that no access pulls the states toward the channel-contiguous layout.
 
-H200, 2026-11-30 (``benchmarks/selective_scan/split_proto``, the prototype of this kernel, whole
-backward op, ms): 4.65 vs 5.25 (``tile_rs``) fp32 and 3.97 vs 4.96 bf16 at (8, 4096, 2048, 16);
+H200, 2026-11-30 (the prototype of this kernel, whole backward op, ms): 4.65 vs 5.25 (``tile_rs``) fp32 and 3.97 vs 4.96 bf16 at (8, 4096, 2048, 16);
 1.78 vs 2.22 / 1.55 vs 2.11 at (16, 1536, 1024, 16). 2026-12-01, this library kernel (with the
 chunk pass still inside) on the H200 beside ``tile_rs`` in one process: correct against float64
 in fp32 / bf16 / fp16 (``gpu_errors.py cuda split``: fp32 out 7.9e-7, worst gradient dA 5.9e-6;
@@ -75,7 +74,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.common.host_math import next_pow2
 from ssmscan.ops.selective_scan.triton_common import (
     _bfly,
     _fold_chunk_sums,
@@ -84,10 +82,6 @@ from ssmscan.ops.selective_scan.triton_common import (
     _tile_offsets,
 )
 from ssmscan.ops.selective_scan.triton_fwd import _col, _fwd_tile
-
-SPLIT_NP = 16  # the only state count the kernel takes (``_rs8``)
-SPLIT_TT = 8  # steps per tile (the layout ``_rs8`` was checked with)
-SPLIT_BLOCK_D = 8  # channels per program: one warp
 
 
 @triton.jit
@@ -142,7 +136,7 @@ def _selective_scan_bwd_states_kernel(
     SOFTPLUS: tl.constexpr,
     NP: tl.constexpr,
     CK: tl.constexpr,
-    BLOCK_D: tl.constexpr,  # the forward's block (``triton_fwd.fwd_block_channels``)
+    BLOCK_D: tl.constexpr,  # the forward's block (``plan.fwd_block_channels``)
     HAS_BIAS: tl.constexpr,
     TT: tl.constexpr,  # 8, divides CK
 ):
@@ -381,27 +375,3 @@ def _aligned(t: torch.Tensor) -> bool:
     if is_fake(t) or t.device.type == "meta":
         return (t.storage_offset() * t.element_size()) % 16 == 0
     return t.data_ptr() % 16 == 0
-
-
-def applies(
-    N: int,
-    dim: int,
-    G: int,
-    L: int | torch.SymInt,
-    tensors: tuple[torch.Tensor | None, ...],
-    on_gpu: bool,
-) -> bool:
-    """Whether the split kernel takes this call: 16 states (N 9..16, padded) and groups of
-    channels in whole blocks of 8; on the GPU also the compile-time facts under which the layouts
-    ``_rs8`` relies on were checked (``tests/ops/selective_scan/split_layout_check.py``): L a
-    multiple of 16 *known to Triton* (a concrete int: a symbolic L under torch.compile(dynamic=
-    True) reaches Triton without its divisibility) and every tensor 16-byte aligned (Triton
-    specializes on both; with L = 2040 the layouts differ). The interpreter emulates the
-    shuffles (``EMU``), so there any L."""
-    if next_pow2(max(N, 4)) != SPLIT_NP or (dim // G) % SPLIT_BLOCK_D != 0:
-        return False
-    if not on_gpu:
-        return True
-    if not isinstance(L, int) or L % 16 != 0:
-        return False
-    return all(_aligned(t) for t in tensors if t is not None)

@@ -35,7 +35,8 @@ Note [selective scan segments]
 ------------------------------
 One program per (batch, channel block) gives only batch x dim threads, too few to hide the exp2 and
 load latencies at small batch. So L is also split into NSEG segments of SEG checkpoint chunks, one
-program each (program axis 2), when batch x dim alone is short of ``TARGET_WARPS`` warps:
+program each (program axis 2), when batch x dim alone is short of the planner's target warps
+(``plan.segments``):
 
 1. local pass: each segment runs from a zero state, giving its end state S_s and sum_t dt_t;
 2. carry pass (one program per channel block, NSEG steps): h_{s+1} = exp(A sum dt_s) h_s + S_s,
@@ -53,40 +54,37 @@ The backward mirrors it with the adjoint, which needs no states: g_t = C_t dy_t 
 (Note [selective scan backward]); a local reverse pass per segment from a zero adjoint, a carry
 pass from the right, then the real backward per segment from its carried adjoint. With one
 segment (enough channels) passes 1 and 2 are skipped and the walk is the plain sequential one.
-On the lane backward's path the local pass runs on the lane forward's tiles
-(``triton_bwd_lane._selective_scan_bwd_lane_local_kernel``) and the carry pass reads and writes
-(dim, NP) buffers (``DN``): H200, 2026-12-01, 1.16 -> 0.43 ms at (1, 1024, 65536, 16).
+On the lane backward's path the local pass runs on the lane forward's tiles (in the states
+kernel, below) and the carry pass reads and writes (dim, NP) buffers (``DN``): H200, 2026-12-01,
+1.16 -> 0.43 ms at (1, 1024, 65536, 16).
 
 On the lane paths a local pass runs only for the segments whose result is read: the forward's
 for all but the last, the backward's for all but the first (NSEG - 1 programs on axis 2). The
 folds (the forward's real pass, and the lane backward's main kernel up to
-``triton_bwd.FOLD_MAX_SEGMENTS`` segments, where it replaces the carry kernel) go through
+``Policy.fold_max_segments`` segments, where it replaces the carry kernel) go through
 ``triton_fwd_lane.fold_segments``, four segments' loads at a time (H200, 2026-12-02, under CUDA
 graphs: (1, 1536, 4096, 16) bf16 forward+backward 0.482 -> 0.475 ms, (1, 1024, 65536, 16) bf16
 forward 1.082 -> 1.066; ``benchmarks/RESULTS.md``).
 
 Where the forward splits L into segments of whole tiles, the local pass runs
-``triton_fwd.LANE_LOCAL_FINE`` (2) times as many, shorter segments as the real pass (the kernels'
+``Policy.local_fine`` (2) times as many, shorter segments as the real pass (the kernels'
 ``FOLD``; real segment s then folds the 2 s local segments before it): the segments are planned
 for the real pass's waves (161 registers, 6 two-warp programs a multiprocessor), which left the
 local pass (64 registers, 16) at 0.68 of a wave. The two-channel real pass folds both halves 8
-segments at a time (``triton_fwd_lane2._fold_pair``, ``triton_fwd.LANE_FOLD_GROUP``), so that the
+segments at a time (``triton_fwd_lane2._fold_pair``, ``Policy.fold_group``), so that the
 longer fold costs no more load latency than the shorter one did. H200, 2026-12-04, (1, 1536,
 4096) bf16 forward under CUDA graphs 0.0987 -> 0.0938 ms (local pass 39.6 -> 34.8 us, real pass
-54.6 -> 53.8 us); ``benchmarks/RESULTS.md``, twenty-sixth session.
+54.6 -> 53.8 us).
 
-The local segments may also have a length of their own (``triton_fwd.LANE_LOCAL_TILES`` tiles,
-shorter than a real segment; the kernels' ``SNAP``, ``SEG2``; off), so that the local pass can
-fill whole waves whatever the real segments are. Then a real segment may start inside a local
-one: that local program also keeps its state and sum of dt where the real segment starts (a
-select per tile, no store in the loop) and writes it after its end state, as record NLOC + s of
-the same buffers. Real segment s folds the local segments that end at or before its start, then
-that record where its start is inside one. Measured slower at every length: the snapshot costs
-the local pass 16 registers (12 programs a multiprocessor, not 16), and one full wave of longer
-local programs took longer than 1.36 waves of the library's (twenty-seventh session).
+Local segments of a length of their own (so that the local pass fills whole waves whatever
+the real segments are; a real segment then starting inside a local one reads a snapshot that
+local program keeps) were measured slower at every length: the snapshot cost the local pass 16
+registers (12 programs a multiprocessor, not 16), and one full wave of longer local programs
+took longer than 1.36 waves of these.
 
 The lane backward's local pass runs inside the states kernel
-(``triton_fwd_lane._selective_scan_bwd_lane_states_kernel`` with ``ADJ``, ``triton_bwd.STATES_ADJ``):
+(``triton_bwd_lane._selective_scan_bwd_lane_states_kernel`` with ``ADJ``; the plan's
+``states = "lane_adj"``):
 one program per segment walks its chunks forward from the first checkpoint, writing the
 tile-start states as before, and on the same a_t = exp2(dt_t A2) also keeps P = a_{t_beg} ...
 a_t and sums g += P C_t dy_t, which is the local pass's a_{t_beg} g_{t_beg} from zero summed
@@ -95,12 +93,12 @@ launch fewer (H200, 2026-12-02, forward+backward under CUDA graphs: (1, 1536, 40
 0.478 -> 0.460 ms, (1, 1024, 65536, 16) bf16 4.513 -> 4.375; sm_90 SASS, bf16: 53 instructions
 per step against the states kernel's 31 alone, capped at 128 registers from 164, no spills).
 
-The lane forward's segments are whole tiles, not checkpoint chunks (``triton_fwd.LANE_SEGMENTS``,
+The lane forward's segments are whole tiles, not checkpoint chunks (the plan's ``SEG_T``,
 its kernel's ``SEG_T``): a checkpoint is stored by whichever segment holds its step, so a
 boundary may fall inside a chunk, and the count can be picked to fill the real pass's waves
-(``triton_fwd.fill_waves``: at (1, 1536, 4096, 16) the chunk policy's 16 segments were 1.45 waves
+(``plan.fill_waves``: at (1, 1536, 4096, 16) the chunk policy's 16 segments were 1.45 waves
 of 8 two-warp programs a multiprocessor, 22 fill 2; H200, 2026-12-03, bf16 forward under CUDA
-graphs 0.108 -> 0.102 ms, fp32 0.122 -> 0.115; ``benchmarks/RESULTS.md``, eighteenth session).
+graphs 0.108 -> 0.102 ms, fp32 0.122 -> 0.115).
 """
 
 from __future__ import annotations
@@ -111,7 +109,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.common.host_math import cdiv, next_pow2
+from ssmscan.ops.common.host_math import cdiv
 
 LOG2E = math.log2(math.e)
 TILE_T = 4
@@ -136,8 +134,8 @@ def _fold_chunk_sums(dA_tot, dD_tot, db_tot, dA_acc, dD_acc, db_acc):
 
 @triton.jit
 def _prefetch_l1(p):
-    """``prefetch.global.L1`` of the line at each pointer of ``p`` (GPU only: a hint, nothing
-    loaded into registers; the lane backward's and time-lane forward's next-tile B / C)."""
+    """The L1 prefetch of the line at each pointer of ``p`` (GPU only: a hint, nothing
+    loaded into registers; the lane backward's next-tile B / C)."""
     # one line, no backslash escapes (Note [kernel sources under Inductor] in
     # ``ssmscan.ops.common.triton_launch``)
     tl.inline_asm_elementwise(
@@ -274,37 +272,6 @@ def _tile_inputs(
     return b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy
 
 
-# Warps (batch x channel blocks x segments) the launchers aim for when they split L: 132
-# multiprocessors x 16 warps. Module constants so the benchmark can time other choices.
-TARGET_WARPS = 132 * 16
-# ... and they split only below this many warps. Measured on the H200 (2026-11-30, tiled forward):
-# at 768 and 1024 warps (16x1536 and 8x4096 channels) no split was faster (fwd 1.40 vs 1.77 ms,
-# fwd+bwd 9.7 vs 11.1 ms at 8x4096x2048 fp32); at 32 and 48 warps (batch 1) the split was 5-18x
-# faster. 512 (about 4 warps per multiprocessor) lies between the measured points.
-SPLIT_BELOW_WARPS = 512
-# The forward's target (a forward warp holds 8 channels, not 32: Note [selective scan forward
-# layout]). H200, 2026-11-30: at batch 1 the forward with 4224 warps ran 0.23 ms vs 0.52 ms with
-# 2112 at (1, 1536, 4096, 16) fp32 and 2.48 vs 4.70 ms at (1, 1024, 65536, 16).
-FWD_TARGET_WARPS = 132 * 64
-
-
-def segments(warps: int, n_chunks: int, target: int | None = None) -> tuple[int, int]:
-    """(NSEG, SEG): split ``n_chunks`` checkpoint chunks into NSEG segments of SEG chunks (the last
-    may be shorter) when ``warps`` (batch x channel blocks x warps per block) is below
-    ``SPLIT_BELOW_WARPS``, aiming at ``TARGET_WARPS``; (1, n_chunks) otherwise. Note [selective scan segments]."""
-    if warps >= SPLIT_BELOW_WARPS:
-        return 1, max(n_chunks, 1)
-    target = TARGET_WARPS if target is None else target
-    want = max(1, min(n_chunks, -(-target // max(warps, 1))))
-    seg = max(1, -(-n_chunks // want))
-    return -(-n_chunks // seg) if n_chunks > 0 else 1, max(seg, 1)
-
-
-def pad_states(N: int) -> int:
-    """Padded state count NP (a multiple of 4, power of two)."""
-    return max(4, next_pow2(N))
-
-
 def as_f32(x: torch.Tensor) -> torch.Tensor:
     """x as a contiguous fp32 tensor: x itself when it is one (no dispatched no-op ``to``: each
     op call is host time, and host time is what bounds batch-1 eager calls)."""
@@ -396,7 +363,7 @@ def prep_BC_lane(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """B and C, (batch, N, L) or (batch, G, N, L), any strides -> their (batch, G, steps, NP)
     time-major copies in ``dtype`` (fp32, or B's and C's own 16-bit dtype: the forward's
-    ``triton_fwd.bc_rows16``), zero-padded states and steps (``steps`` >= L): ``prep_BC``'s
+    the plan's ``bc16``), zero-padded states and steps (``steps`` >= L): ``prep_BC``'s
     lane copies, both in one kernel launch (one launch fewer, no separate pad: host time of
     batch-1 calls) into one buffer; the two are views of it."""
     if dtype != torch.float32 and not (B.dtype == C.dtype == dtype):
@@ -423,20 +390,3 @@ def prep_BC_lane(
 
 def num_groups(B: torch.Tensor) -> int:
     return 1 if B.dim() == 3 else B.shape[1]
-
-
-def block_channels(batch: int, dim: int, G: int) -> tuple[int, int]:
-    """(BLOCK_D, num_warps): one channel per thread; the largest block that still gives a few
-    programs per multiprocessor, and (for grouped B / C) one that never straddles two groups,
-    so that B_t / C_t are broadcast loads and the dB / dC partials are per group."""
-    block_d, warps = 32, 1
-    for bd, w in ((128, 4), (64, 2)):
-        if batch * cdiv(dim, bd) >= 3 * 132:
-            block_d, warps = bd, w
-            break
-    if G > 1:
-        per_group = dim // G
-        limit = per_group & -per_group  # largest power of two dividing it
-        if limit < block_d:
-            block_d, warps = limit, max(1, limit // 32)
-    return block_d, warps

@@ -15,14 +15,14 @@ shuffles and adds per value). B_t / C_t come from the launcher's time-padded cop
 steps, a multiple of TT, the pad zero), so their loads need no mask: the padded steps have dt = 0
 (decay 1, input 0 * 0). Every input of the next tile (u, delta, z, its 8 B_t and C_t) is loaded
 before the current tile computes (``_lane_loads``, carried through the loop; B / C padded by one
-more tile for it). With ``BC_ROLL`` (``triton_fwd.LANE_BC_ROLL``, the default) the next tile's
+more tile for it). With ``BC_ROLL`` (the planner's choice) the next tile's
 row j is loaded in ``_fwd_tile_lane`` right after step j, into the registers the current row j
 leaves: carried as a whole, ptxas copied the freshly loaded rows into the loop's registers at
 its end, and those copies waited out the loads (a third of the local pass's stall samples,
-Nsight Compute, 2026-12-02; ``benchmarks/RESULTS.md``, seventeenth session).
+Nsight Compute, 2026-12-02).
 
 A tile's 2 TT broadcasts of dt and dt * u come from one inline asm (``_tile_bcast``,
-``BCAST_TILE``; ``triton_fwd.LANE_BCAST_TILE``, 16-bit inputs by default): with a
+``BCAST_TILE``; planned for 16-bit inputs): with a
 ``shfl.sync.idx`` per call Triton's layout pass gave the first step's split another, equivalent
 layout than the other steps' and, with 16-bit inputs, computed the tile's softplus chain in both
 (3 softplus a thread and tile for its 2 elements; sm_90 SASS at (1, 1536, 4096) bf16 42.8 -> 41.0
@@ -32,9 +32,9 @@ second chain, within 1% either way, so it keeps the per-step shuffles). The back
 kernel takes the same broadcasts (and ``_tile_bcast1`` for its dy): with ``ADJ`` in bf16 128
 instead of 168 registers.
 
-``BC_SMEM`` (an off option) stages the next tile's B / C rows through shared memory: one
-coalesced (TT, NP) load a program (``_bc_block``), Triton's layout conversion to the lanes' rows
-(``_bc_rows``: STS, a barrier, 16 LDS a thread and tile instead of 16 LDG). It frees registers
+Staging the next tile's B / C rows through shared memory (a variant of the kernel: one
+coalesced (TT, NP) load a program, Triton's layout conversion to the lanes' rows: STS, a
+barrier, 16 LDS a thread and tile instead of 16 LDG) frees registers
 (the batch-1 real pass 122 -> 96, the local pass 64 -> 48, (8, 4096, 2048) bf16 80) but was
 slower where it mattered: H200, 2026-12-03, CUDA graphs, bf16 forward 7% at (1, 1536, 4096),
 8% at (1, 1024, 65536), 12% at (8, 4096, 2048); fp32 1% faster at batch 1, 2-5% slower at large
@@ -58,20 +58,20 @@ two butterfly rounds reduce the 8 steps and scatter them so that lane k keeps st
 at (8, 4096, 2048). H200, 2026-12-02, CUDA graphs, forward ms, per step -> per tile: (8, 4096,
 2048) fp32 0.655 -> 0.637, bf16 0.617 -> 0.586; (16, 1536, 1024) 0.290 -> 0.284, 0.251 ->
 0.240; (1, 1536, 4096) 0.129 -> 0.125, 0.116 -> 0.112; (1, 1024, 65536) 1.096 -> 1.082, 1.045
--> 1.045 (capped at 128 registers there: ``triton_fwd.split_cap``).
+-> 1.045 (capped at 128 registers there: ``Policy.split_regs``).
 
 Where every tile is whole (L % TT == 0) and every program's channels exist, the loop can run
-without masks (``EVEN``, ``triton_fwd.LANE_EVEN``): the channel mask becomes a constant that
+without masks (``EVEN``): the channel mask becomes a constant that
 folds away, the step masks and dt's select are dropped, and the next tile's loads are clamped to
 the segment's last tile instead of masked; with 32-bit row offsets (``I32``) and u, delta, z two
 tiles ahead (``AHEAD`` = 2 with the rolled rows). Fewer instructions (sm_90, (1, 1536, 4096)
 bf16: local pass 28.2 -> 26.5 a step), but ptxas schedules the loop differently and the split
 passes ran slower; unsplit it is faster ((8, 4096, 2048) bf16 0.533 -> 0.501 ms), so the
-launcher takes it only where L is not split (``benchmarks/RESULTS.md``, twenty-seventh session).
-Why slower split (Nsight Compute, twenty-eighth session): without masks ptxas moves the next
+planner takes it only where L is not split.
+Why slower split (Nsight Compute): without masks ptxas moves the next
 tile's element loads to the end of the loop, right before the register rotation that waits on
 them, and long-scoreboard stalls grow from 18% to 39-47% of the local pass's samples (14% to
-23-40% in the real pass). Masks kept on those loads (``LDM``, ``triton_fwd.LANE_EVEN_LDM``) move
+23-40% in the real pass). Masks kept on those loads (a variant of the kernel) move
 them back up, as do 64-bit offsets in the two-channel real pass, but no combination made either
 split pass faster than the masked loop.
 
@@ -79,7 +79,7 @@ The shuffle relies on the layout Triton derives for these shapes: dimension 1 (k
 consecutive lanes, aligned to KL (``threadsPerWarp`` [32 / KL, KL, 1], the contiguous dimension
 last). Loads and stores go through (BLOCK_D, TT) / (BLOCK_D, NP) blocks reshaped to 3-D: with
 3-D offsets Triton's coalescing orders the dimensions by contiguity and puts the 32 lanes on the
-channels instead (Triton 3.6). ``lane_layout_problem`` reads the compiled TTGIR for exactly that
+channels instead (Triton 3.6). ``layout_check.lane_layout_problem`` reads the compiled TTGIR for exactly that
 (every shuffle's operand, broadcasts and butterflies, a blocked layout with KL lanes along
 dimension 1, fastest); the eager launcher runs it on every kernel it compiles before the first
 launch and the launcher falls back to the 2-D kernel if it fails;
@@ -90,15 +90,10 @@ float64 over the test grid; under the interpreter (no inline PTX) the broadcast 
 
 from __future__ import annotations
 
-import functools
-import re
-from typing import Any
-
 import triton
 import triton.language as tl
 
-from ssmscan.ops.common.host_math import cdiv
-from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _prefetch_l1, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
 
 
 @triton.jit
@@ -172,36 +167,6 @@ def _tile_bcast(b_dt, b_du, KL: tl.constexpr, TPL: tl.constexpr):
         dts = dts + (r[j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         dus = dus + (r[KL * TPL + j].to(tl.float32, bitcast=True),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     return dts, dus
-
-
-@triton.jit
-def _bc_block(Xt, base, t0, NP: tl.constexpr, TT: tl.constexpr):
-    """The (TT, NP) block of B_t / C_t rows t0 .. t0 + TT - 1 at ``Xt + base``: one coalesced
-    load (a few elements a thread), for ``_bc_rows``."""
-    o = tl.arange(0, TT)[:, None] * NP + tl.arange(0, NP)[None, :]
-    return tl.load(Xt + base + t0 * NP + o)
-
-
-@triton.jit
-def _bc_rows(raw, KL: tl.constexpr, SPT: tl.constexpr):
-    """The TT = 8 rows (1, KL, SPT) of a (8, NP) block (``_bc_block``): Triton converts the
-    block's layout to the lanes' through shared memory."""
-    t = tl.permute(tl.reshape(raw, (8, KL, SPT)), (1, 2, 0))  # (KL, SPT, 8): step 4 a + 2 b + c
-    t = tl.reshape(t, (KL, SPT, 2, 2, 2))
-    rows = ()
-    c0, c1 = tl.split(t)
-    for c in tl.static_range(2):
-        xc = c0 if c == 0 else c1
-        b0, b1 = tl.split(xc)
-        for b in tl.static_range(2):
-            xb = b0 if b == 0 else b1
-            a0, a1 = tl.split(xb)
-            rows = rows + (a0, a1)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    # rows now in order (c, b, a): step 4 a + 2 b + c
-    out = ()
-    for j in tl.static_range(8):
-        out = out + (tl.reshape(rows[(j % 2) * 4 + ((j // 2) % 2) * 2 + j // 4], (1, KL, SPT)),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    return out
 
 
 @triton.jit
@@ -392,12 +357,12 @@ def _lane_bc_loads(u, p_B, p_C, t0, NP: tl.constexpr, KL: tl.constexpr, TPL: tl.
 # rolled rows hold. sm_90 at (1, 1536, 4096) bf16 (``sass_report.py --bc16``): the two-channel
 # real pass 161 -> 128 registers (6 -> 8 two-warp programs a multiprocessor), 38.2 -> 40.8
 # instructions a channel-step; the one-channel real pass 123 -> 72, 40.6 -> 48.5 a step; the
-# local pass 64 -> 48, 28.2 -> 32.2. H200 (2026-12-03, ``device_twentyfourth1.sh``): the passes
+# local pass 64 -> 48, 28.2 -> 32.2. H200 (2026-12-03): the passes
 # got slower at batch 1 (local 39.0 -> 40.7 us, real 52.2 -> 54.4: the extra instructions cost
 # more than the warps and wavefronts saved, as with every occupancy lever before), and where
 # the registers change the waves it wins: at (8, 4096, 2048) the two-channel pass's 1024
 # programs fill 0.97 of a wave at 128 registers instead of 1.29 waves at 160, 0.535 against
-# 0.571 ms. So ``triton_fwd.LANE_BC16`` = 2 takes them only there (``triton_fwd.ch2_rows16``).
+# 0.571 ms. So the planner takes them only there (``plan.ch2_rows16``; ``Policy.rows16``).
 @triton.jit
 def _bc_f32(x, SPT: tl.constexpr):
     """A B / C row as ``_lane_bc_loads`` loaded it -> (1, KL, SPT) fp32, converted where it is
@@ -435,7 +400,6 @@ def _fwd_tile_lane(
     HAS_BIAS: tl.constexpr,
     LOCAL: tl.constexpr,
     Y_SCATTER: tl.constexpr = False,
-    DT_DEFER: tl.constexpr = False,
     ROLL: tl.constexpr = False,
     q_B=None,
     q_C=None,
@@ -458,10 +422,7 @@ def _fwd_tile_lane(
         m = m_d[:, None, None] & (t0 + o_j < t_end)
         b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
     if LOCAL:
-        if DT_DEFER:
-            dt_sum += b_dt
-        else:
-            dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
+        dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
     b_du = b_dt * b_u
     # y: at KL = 4 and TPL = 2 (16 states) each lane's partial sums, reduced and scattered over
     # the lanes once per tile (``_y_scatter``); else reduced per step
@@ -543,18 +504,6 @@ def fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, s0, count, DIR: tl.cons
 
 
 @triton.jit
-def fold_one(h, seg_state, seg_dt, b_A2, i_b, NSEG, s, ok, dim, o_d, m_d):
-    """h folded over record s of the segments' buffers (``fold_segments``' step) where ``ok``,
-    else h exactly (the loads give zeros: exp2(0) h + 0)."""
-    NP: tl.constexpr = h.shape[1] * h.shape[2]
-    o_dn = o_d[:, None] * NP + tl.arange(0, NP)[None, :]
-    p_loc = seg_state + (i_b * NSEG + s) * (dim * NP) + o_dn
-    loc = tl.reshape(tl.load(p_loc, mask=m_d[:, None] & ok, other=0.0), h.shape)
-    sdt = tl.load(seg_dt + (i_b * NSEG + s) * dim + o_d, mask=m_d & ok, other=0.0)
-    return tl.exp2(sdt[:, None, None] * b_A2) * h + loc
-
-
-@triton.jit
 def store_record(h, dt_sum, seg_state, seg_dt, i_b, NSEG, s, dim, o_d, m_d):
     """A local pass's (state, sum of dt) as record s of the segments' buffers."""
     NP: tl.constexpr = h.shape[1] * h.shape[2]
@@ -603,68 +552,40 @@ def _selective_scan_fwd_lane_kernel(
     SPLIT: tl.constexpr,  # several segments (program axis 2)
     A_RAW: tl.constexpr,  # A2 is A: scaled by log2(e) here (the same fp32 product)
     HAS_LAST: tl.constexpr,  # also write the final state to ``last``
-    UNROLL: tl.constexpr = 1,  # tiles per loop iteration (``triton_fwd.FWD_UNROLL``)
-    # y reduced over a tile's lanes once per tile (``_y_scatter``; ``triton_fwd.LANE_Y_SCATTER``)
+    # y reduced over a tile's lanes once per tile (``_y_scatter``; 16 states)
     Y_SCATTER: tl.constexpr = False,
-    # tiles ahead that u, delta, z are loaded (``triton_fwd.LANE_AHEAD``; B / C: one)
+    # tiles ahead that u, delta, z are loaded (1, or 2 with EVEN; B / C rows: one)
     AHEAD: tl.constexpr = 1,
-    PF_BC: tl.constexpr = 0,
-    PF_ELEM: tl.constexpr = 0,
-    DT_DEFER: tl.constexpr = False,
-    BC_JIT: tl.constexpr = False,
-    PF_EVERY: tl.constexpr = False,
+    # the next tile's B / C row j loaded right after step j, into the registers row j leaves
     BC_ROLL: tl.constexpr = False,
-    BCAST_TILE: tl.constexpr = False,  # ``_tile_bcast`` (``triton_fwd.LANE_BCAST_TILE``)
-    SEG_T: tl.constexpr = False,  # SEG counts tiles (``triton_fwd.LANE_SEGMENTS``)
-    BC_SMEM: tl.constexpr = False,  # B / C rows through shared memory (off: Note above)
+    BCAST_TILE: tl.constexpr = False,  # a tile's dt / dt * u broadcasts in one asm (``_tile_bcast``)
+    SEG_T: tl.constexpr = False,  # SEG counts tiles, not checkpoint chunks
     # Bt / Ct rows in 16 bits (Note [selective scan forward 16-bit rows]): 1 bf16 pairs as int32
     # words, 2 fp16; 0 fp32
     BC16: tl.constexpr = 0,
-    # local segments per real one (``triton_fwd.LANE_LOCAL_FINE``): the local pass runs FOLD
-    # times as many segments, FOLD times shorter (those of the last real segment not at all),
-    # and the real pass folds FOLD local states per earlier real segment
+    # local segments per real one: the local pass runs FOLD times as many segments, FOLD times
+    # shorter (those of the last real segment not at all), and the real pass folds FOLD local
+    # states per earlier real segment
     FOLD: tl.constexpr = 1,
-    # local segments of their own length (``triton_fwd.LANE_LOCAL_TILES``; Note [selective scan
-    # segments]): the local pass's SEG is its tiles and SEG2 the real segments' (SEG < SEG2), the
-    # real pass's SEG2 the local segments' tiles; a local segment that a real one starts inside
-    # (or at its end) also writes its state there (record NLOC + that real segment), which the
-    # real segment folds last
-    SNAP: tl.constexpr = False,
-    SEG2=0,
     # every tile whole (L % TT == 0) and every program's channels there (dim % BLOCK_D == 0): the
     # loop's loads, stores and dt without masks, the next tile's loads clamped to the segment
     EVEN: tl.constexpr = False,
     I32: tl.constexpr = False,  # batch * dim * L < 2^31: 32-bit offsets of the rows
-    # with EVEN, masks kept on the loop's loads (``triton_fwd.LANE_EVEN_LDM``): 1 the channel
-    # mask, 2 also the step masks of u, delta, z (the steps' arithmetic stays without)
-    LDM: tl.constexpr = 0,
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
     RW: tl.constexpr = NP // 2 if BC16 == 1 else NP  # a B / C row's elements in Bt / Ct
-    tl.static_assert(
-        BC16 == 0 or not (BC_SMEM or PF_BC > 0), "16-bit rows: not with BC_SMEM / PF_BC"
-    )
-    tl.static_assert(not SNAP or (SEG_T and FOLD == 1 and not DT_DEFER), "SNAP: SEG_T, no FOLD")
-    tl.static_assert(not EVEN or (BC_ROLL and not (BC_SMEM or BC_JIT)), "EVEN: the default loads")
+    tl.static_assert(BC_ROLL or not EVEN, "EVEN: with the rolled rows")
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
     NSEG = tl.num_programs(2)
-    if SNAP:  # the records: NLOC local segments' end states, then one per real segment
-        if LOCAL:
-            n_real = tl.cdiv(tl.cdiv(L, TT), SEG2)
-            NLOC = NSEG
-        else:
-            n_real = NSEG
-            NLOC = tl.cdiv((NSEG - 1) * SEG, SEG2)
-        NSEG = NLOC + n_real
-    elif LOCAL:  # no program for the last segment: no later one reads its end state
+    if LOCAL:  # no program for the last segment: no later one reads its end state
         NSEG = (NSEG // FOLD + 1) * FOLD
     else:
         NSEG = NSEG * FOLD  # the local segments' buffer
     o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    if EVEN and LDM == 0:  # a constant mask: the loads' and stores' masks fold away
+    if EVEN:  # a constant mask: the loads' and stores' masks fold away
         m_d = tl.full((BLOCK_D,), 1, tl.int1)
     else:
         m_d = o_d < dim
@@ -696,14 +617,7 @@ def _selective_scan_fwd_lane_kernel(
     p_ck = ckpt + (i_b * dim + o_d.to(tl.int64))[:, None] * (NCK * NP) + o_n[None, :]
 
     NC = NCK - 1  # chunks
-    if SNAP and LOCAL:  # up to the last real segment's start, snapshots at real starts
-        RS = SEG2 * TT  # a real segment's steps
-        t_beg = i_s * (SEG * TT)
-        t_end = tl.minimum(t_beg + SEG * TT, (n_real - 1) * RS)
-        snap = (t_beg // RS + 1) * RS  # the first real segment start after t_beg
-        h_snap = tl.zeros(S3, dtype=tl.float32)
-        dt_snap = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    elif SPLIT and SEG_T:  # segments of SEG tiles (checkpoints where t0 % CK == 0, as ever)
+    if SPLIT and SEG_T:  # segments of SEG tiles (checkpoints where t0 % CK == 0, as ever)
         t_beg = i_s * (SEG * TT)
         t_end = tl.minimum(t_beg + SEG * TT, L)
     elif SPLIT:
@@ -712,10 +626,7 @@ def _selective_scan_fwd_lane_kernel(
     else:  # one segment: plain bounds (the min() bounds cost 17-20% of the time, H200)
         t_beg = 0
         t_end = L
-    if DT_DEFER and LOCAL:
-        dt_sum = tl.zeros((BLOCK_D, KL, TPL), dtype=tl.float32)
-    else:
-        dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
+    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # LOCAL only
     if LOCAL:
         h = tl.zeros(S3, dtype=tl.float32)
     else:
@@ -723,70 +634,30 @@ def _selective_scan_fwd_lane_kernel(
             h = tl.reshape(tl.load(init + i_b * dim * NP + o_dn, mask=m_dn, other=0.0), S3)
         else:
             h = tl.zeros(S3, dtype=tl.float32)
-        if SNAP and SPLIT:  # the local segments before this one's start, then its snapshot
-            h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, (i_s * SEG) // SEG2, 1,
-                              dim, o_d, m_d)  # fmt: skip
-            h = fold_one(h, seg_state, seg_dt, b_A2, i_b, NSEG, NLOC + i_s,
-                         (i_s * SEG) % SEG2 != 0, dim, o_d, m_d)  # fmt: skip
-        elif SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
+        if SPLIT:  # the carry pass, here: h_{s+1} = exp(A sum dt_s) h_s + local_s up to i_s
             h = fold_segments(h, seg_state, seg_dt, b_A2, i_b, NSEG, 0, i_s * FOLD, 1, dim, o_d,
                               m_d)  # fmt: skip
     # the next tile's inputs load while this one computes (B / C padded for it); with AHEAD = 2
     # u, delta, z two tiles ahead (a register or two each: ptxas issues the next tile's loads
     # late in the iteration)
-    if BC_SMEM:
-        nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
-        nB = _bc_block(Bt, bc, t_beg, NP, TT)
-        nC = nB if LOCAL else _bc_block(Ct, bc, t_beg, NP, TT)
     if EVEN:  # the masks' end: none (whole tiles)
         t_m = None
     else:
         t_m = t_end
-    t_ml = t_end if LDM == 2 else t_m  # the loop's element loads'
-    if BC_JIT:
-        nxt = _lane_elem_loads(u, delta, z, row, m_d, t_beg, t_end, KL, TPL, HAS_Z, LOCAL)
-    else:
-        nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_m, RW, KL, TPL, HAS_Z, LOCAL)
+    nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_m, RW, KL, TPL, HAS_Z, LOCAL)
     if AHEAD == 2:
         if EVEN:
             nxe = _lane_elem_loads(u, delta, z, row, m_d, tl.minimum(t_beg + TT, t_end - TT),
                                    None, KL, TPL, HAS_Z, LOCAL)  # fmt: skip
         else:
             nxe = _lane_elem_loads(u, delta, z, row, m_d, t_beg + TT, t_end, KL, TPL, HAS_Z, LOCAL)
-    if PF_BC > 0 and _PTX:  # the 128-byte lines of a tile's B (and C) rows, one a thread
-        NL: tl.constexpr = TT * NP // 32
-        if LOCAL:
-            q_pf = Bt + bc + tl.arange(0, NL) * 32
-        else:
-            o_pf = tl.arange(0, 2 * NL)
-            q_pf = tl.where(o_pf < NL, Bt + bc + o_pf * 32, Ct + bc + (o_pf - NL) * 32)
-    for t0 in tl.range(t_beg, t_end, TT, loop_unroll_factor=UNROLL):
+    # (not unrolled: unrolling by two was slower on the H200, 168 registers in the real pass)
+    for t0 in tl.range(t_beg, t_end, TT, loop_unroll_factor=1):
         t0 = tl.multiple_of(t0, TT)
         if not LOCAL:
             if t0 % CK == 0:
                 tl.store(p_ck + (t0 // CK) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
-        elif SNAP:  # the state where a real segment starts (a select: no branch, no store)
-            h_snap = tl.where(t0 == snap, h, h_snap)
-            dt_snap = tl.where(t0 == snap, dt_sum, dt_snap)
-        if PF_BC > 0 and _PTX:
-            _prefetch_l1(q_pf + tl.minimum(t0 + PF_BC * TT, LP - TT) * NP)
-        if PF_ELEM > 0 and _PTX:  # once per 128-byte line of u's rows (every tile: PF_EVERY)
-            if PF_EVERY or t0 % (1024 // u.dtype.element_ty.primitive_bitwidth) == 0:
-                r_pf = tl.where(m_d, row, 0) + tl.minimum(t0 + PF_ELEM, L - 1)
-                _prefetch_l1(u + r_pf)
-                _prefetch_l1(delta + r_pf)
-                if HAS_Z and not LOCAL:
-                    _prefetch_l1(z + r_pf)
-        if BC_SMEM:  # the next tile's B / C as (TT, NP) blocks, rows through shared memory
-            e_u, e_x, e_z = nxe
-            bB = nB
-            bC = nC
-            nxe = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
-            nB = _bc_block(Bt, bc, t0 + TT, NP, TT)
-            nC = nB if LOCAL else _bc_block(Ct, bc, t0 + TT, NP, TT)
-            rB = _bc_rows(bB, KL, SPT)
-            ins = (e_u, e_x, e_z, rB, rB if LOCAL else _bc_rows(bC, KL, SPT))
-        elif BC_ROLL:  # u, delta, z of the next tile here, its B / C rows in the tile
+        if BC_ROLL:  # u, delta, z of the next tile here, its B / C rows in the tile
             ins = nxt
             if EVEN:  # (the segment's last tile again after its last: no mask, in bounds)
                 t_nx = tl.minimum(t0 + AHEAD * TT, t_end - TT)
@@ -794,358 +665,26 @@ def _selective_scan_fwd_lane_kernel(
                 t_nx = t0 + AHEAD * TT
             if AHEAD == 2:  # (u, delta, z two tiles ahead, B / C rows one)
                 e_u, e_x, e_z = nxe
-                nxe = _lane_elem_loads(u, delta, z, row, m_d, t_nx, t_ml, KL, TPL, HAS_Z, LOCAL)
+                nxe = _lane_elem_loads(u, delta, z, row, m_d, t_nx, t_m, KL, TPL, HAS_Z, LOCAL)
             else:
                 e_u, e_x, e_z = _lane_elem_loads(
-                    u, delta, z, row, m_d, t_nx, t_ml, KL, TPL, HAS_Z, LOCAL
+                    u, delta, z, row, m_d, t_nx, t_m, KL, TPL, HAS_Z, LOCAL
                 )
-        elif BC_JIT:
-            e_u, e_x, e_z = nxt
-            nxt = _lane_elem_loads(u, delta, z, row, m_d, t0 + TT, t_end, KL, TPL, HAS_Z, LOCAL)
-            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0, RW, KL, TPL, LOCAL)
-            ins = (e_u, e_x, e_z, e_B, e_C)
-        elif AHEAD == 2:
-            e_u, e_x, e_z = nxe
-            nxe = _lane_elem_loads(u, delta, z, row, m_d, t0 + 2 * TT, t_end, KL, TPL, HAS_Z, LOCAL)
-            e_B, e_C = _lane_bc_loads(u, p_B, p_C, t0 + TT, RW, KL, TPL, LOCAL)
-            ins = nxt
-            nxt = (e_u, e_x, e_z, e_B, e_C)
-        else:
+        else:  # the whole next tile loaded a tile ahead
             ins = nxt
             nxt = _lane_loads(
                 u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, RW, KL, TPL, HAS_Z, LOCAL
             )
         h, dt_sum, n_B, n_C = _fwd_tile_lane(
             h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_m, dt_sum, SOFTPLUS,
-            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, DT_DEFER, BC_ROLL and not BC_SMEM,
+            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, BC_ROLL,
             p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW, BCAST_TILE,
         )  # fmt: skip
-        if BC_ROLL and not BC_SMEM:
+        if BC_ROLL:
             nxt = (e_u, e_x, e_z, n_B, n_C)
     if LOCAL:
-        if DT_DEFER:
-            dt_sum = tl.sum(tl.sum(dt_sum, axis=2), axis=1)
-        if SNAP:  # the real segment start in (t_beg, t_end] (one at most: SEG < SEG2)
-            if snap <= t_end:
-                h_snap = tl.where(snap == t_end, h, h_snap)
-                dt_snap = tl.where(snap == t_end, dt_sum, dt_snap)
-                store_record(h_snap, dt_snap, seg_state, seg_dt, i_b, NSEG, NLOC + snap // RS, dim,
-                             o_d, m_d)  # fmt: skip
         store_record(h, dt_sum, seg_state, seg_dt, i_b, NSEG, i_s, dim, o_d, m_d)
     elif t_end == L:  # the last segment
         tl.store(p_ck + NC * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)  # the final entry
         if HAS_LAST:
             tl.store(last + i_b * dim * NP + o_dn, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
-
-
-_SHFL = re.compile(
-    r'tt\.elementwise_inline_asm "shfl\.sync\.idx[^"]*".*?'
-    r": tensor<(\d+)x(\d+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
-)
-# ... and the butterflies (the forward's ``_y_scatter``; the backward's lane kernels shuffle rows
-# with them, so their check reads ``shfl.sync.idx`` only)
-_SHFL_BFLY = re.compile(
-    r'tt\.elementwise_inline_asm "shfl\.sync\.(?:idx|bfly)[^"]*".*?'
-    r": tensor<(\d+)x(\d+)xi32, (#ttg\.slice<\{[^}]*\}>|#\w+)>"
-)
-_ALIAS = re.compile(r"^(#\w+) = (#ttg\.\w+<\{.*\}>)", re.M)
-
-
-def _ints(spec: str, field: str) -> list[int]:
-    m = re.search(field + r" = \[([\d, ]*)\]", spec)
-    return [int(x) for x in m.group(1).split(",")] if m else []
-
-
-def _bases(enc: str, aliases: dict[str, str]) -> dict[str, list[tuple[int, ...]]]:
-    """Register / lane / warp bases (the offset each bit adds, per dimension) of a blocked,
-    linear or slice layout in TTGIR text; KeyError / ValueError for anything else."""
-    enc = aliases.get(enc, enc)
-    if enc.startswith("#ttg.slice"):
-        m_dim = re.search(r"dim = (\d+)", enc)
-        m_parent = re.search(r"parent = (#[\w.]+(?:<\{.*\}>)?)", enc)
-        if m_dim is None or m_parent is None:
-            raise ValueError(enc)
-        dim = int(m_dim.group(1))
-        parent = _bases(m_parent.group(1), aliases)
-        return {k: [b[:dim] + b[dim + 1 :] for b in v] for k, v in parent.items()}
-    if enc.startswith("#ttg.linear"):
-        out = {}
-        for kind in ("register", "lane", "warp"):
-            m = re.search(kind + r" = \[(.*?)\](?:, \w+ = |\}>)", enc)
-            vecs = re.findall(r"\[([\d, ]+)\]", m.group(1)) if m else []
-            out[kind] = [tuple(int(x) for x in v.split(",")) for v in vecs]
-        return out
-    if not enc.startswith("#ttg.blocked"):
-        raise ValueError(enc)
-    spt, tpw, wpc, order = (
-        _ints(enc, f) for f in ("sizePerThread", "threadsPerWarp", "warpsPerCTA", "order")
-    )
-    rank = len(order)
-
-    def unit(d: int, v: int) -> tuple[int, ...]:
-        return tuple(v if i == d else 0 for i in range(rank))
-
-    out = {"register": [], "lane": [], "warp": []}
-    for d in order:  # fastest dimension first
-        out["register"] += [unit(d, 1 << k) for k in range(spt[d].bit_length() - 1)]
-        out["lane"] += [unit(d, spt[d] << k) for k in range(tpw[d].bit_length() - 1)]
-        out["warp"] += [unit(d, spt[d] * tpw[d] << k) for k in range(wpc[d].bit_length() - 1)]
-    return out
-
-
-def lane_layout_problem(ttgir: str, KL: int, bfly: bool = False) -> str | None:
-    """What breaks the shuffles' layout assumption (Note [selective scan forward lanes]) in a
-    compiled lane kernel's TTGIR, or None when the operand of every ``shfl.sync.idx`` (and
-    ``shfl.sync.bfly`` with ``bfly``), a (BLOCK_D, KL) tensor, has its column k on lane bits 0
-    .. log2(KL) - 1 and on nothing else (blocked, linear or slice layouts; a layout the check
-    cannot read is a problem)."""
-    if KL == 1:
-        return None
-    aliases = dict(_ALIAS.findall(ttgir))
-    found = (_SHFL_BFLY if bfly else _SHFL).findall(ttgir)
-    if not found:
-        return "no shfl.sync.idx in the TTGIR"
-    bits = KL.bit_length() - 1
-    for _rows, cols, enc in set(found):
-        try:
-            b = _bases(enc, aliases)
-        except (KeyError, ValueError, AttributeError):
-            return f"a shuffle operand has a layout the check cannot read: {enc}"
-        low = b["lane"][:bits]
-        rest = b["lane"][bits:] + b["register"] + b["warp"]
-        if int(cols) != KL or low != [(0, 1 << i) for i in range(bits)] or any(v[1] for v in rest):
-            return (
-                f"a shuffle operand ({cols} columns, KL = {KL}) has layout {aliases.get(enc, enc)}"
-            )
-    return None
-
-
-class LaneLayoutError(RuntimeError):
-    """The compiler laid the lane kernel out differently from what its shuffles assume."""
-
-
-@functools.cache
-def check_lane_layout(KL: int, bfly: bool = False) -> Any:
-    """A ``launcher`` check: raise ``LaneLayoutError`` on ``lane_layout_problem`` (one per KL and
-    ``bfly``, so that ``launcher`` keeps one launcher per kernel and check)."""
-
-    def check(compiled: Any) -> None:
-        problem = lane_layout_problem(compiled.asm["ttgir"], KL, bfly)
-        if problem is not None:
-            raise LaneLayoutError(
-                f"ssmscan's lane forward kernel compiled (Triton {triton.__version__}) to a layout "
-                f"its lane shuffles cannot use: {problem}"
-            )
-
-    return check
-
-
-@triton.jit
-def _states_adj_tile_lane(
-    h,
-    P,
-    g,
-    ins,
-    b_do,
-    b_A2,
-    b_bias,
-    m_d,
-    o_k,
-    o_j,
-    t0,
-    t_end,
-    dt_sum,
-    SOFTPLUS: tl.constexpr,
-    KL: tl.constexpr,
-    TPL: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BCAST_TILE: tl.constexpr = False,
-):
-    """The states kernel's tile with the segments' local adjoint (``ADJ``): the TT steps from t0
-    of h <- a_t h + dt_t u_t B_t and, on the same a_t = exp2(dt_t A2), P <- a_t P (the decay
-    from the segment's first step through t) and g <- g + P C_t dy_t (Note [selective scan
-    segments]: the local pass's a_{t_beg} g_{t_beg} from zero, summed forward). Returns (h, P,
-    g, dt_sum)."""
-    TT: tl.constexpr = KL * TPL
-    b_u, b_dt, b_z, Bs, Cs = ins
-    b_u = b_u.to(tl.float32)
-    b_dt = b_dt.to(tl.float32)
-    m = m_d[:, None, None] & (t0 + o_j < t_end)
-    if HAS_BIAS:
-        b_dt += b_bias[:, None, None]
-    if SOFTPLUS:
-        b_dt = _softplus(b_dt)
-    b_dt = tl.where(m, b_dt, 0.0)  # steps past the segment: decay 1, no input
-    dt_sum += tl.sum(tl.sum(b_dt, axis=2), axis=1)
-    b_du = b_dt * b_u
-    b_dy = b_do.to(tl.float32)
-    if HAS_Z:
-        b_z = b_z.to(tl.float32)
-        b_dy = b_dy * b_z * _sigmoid(b_z)
-    b_dy = tl.where(m, b_dy, 0.0)
-    ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # ``_fwd_tile_lane``'s
-    if ONE:
-        bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
-        bdys = _tile_bcast1(b_dy, KL, TPL)
-    for j in tl.static_range(TT):
-        if ONE:
-            b_dtj = bdts[j][:, :, None]
-            b_duj = bdus[j][:, :, None]
-            b_dyj = bdys[j][:, :, None]
-        else:
-            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-        a = tl.exp2(b_dtj * b_A2)
-        h = a * h + b_duj * Bs[j]
-        P = P * a
-        g += P * (Cs[j] * b_dyj)
-    return h, P, g, dt_sum
-
-
-@triton.jit
-def _tile_load(x, row, m_d, t0, t_end, KL: tl.constexpr, TPL: tl.constexpr):
-    """x's TT = KL * TPL steps from t0 as loaded, (BLOCK_D, KL, TPL) (0 past t_end)."""
-    TT: tl.constexpr = KL * TPL
-    o_tt = t0 + tl.arange(0, TT)
-    m2 = m_d[:, None] & (o_tt < t_end)[None, :]
-    p = row[:, None] + o_tt[None, :]
-    return tl.reshape(tl.load(x + p, mask=m2, other=0.0), (row.shape[0], KL, TPL))
-
-
-@triton.jit
-def _selective_scan_bwd_lane_states_kernel(
-    u,  # (batch, dim, L)
-    delta,  # (batch, dim, L)
-    A2,  # (dim, NP) fp32, A * log2(e)
-    Bt,  # (batch, G, LP, NP) fp32, time-padded as the lane forward's
-    delta_bias,  # (dim,) fp32 or None
-    ckpt,  # (batch, dim, NCK, NP) fp32: the forward's checkpoints
-    tstates,  # (batch, dim, cdiv(L, KL * TPL), NP) fp32 out: the state before every tile
-    dim,  # channels
-    L,  # sequence length
-    LP,  # steps of Bt
-    G,  # groups of B / C
-    NCK,  # checkpoint entries = cdiv(L, CK) + 1
-    SOFTPLUS: tl.constexpr,
-    NP: tl.constexpr,
-    CK: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    KL: tl.constexpr,
-    TPL: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    # ADJ: one program per segment of SEG chunks, which also runs the backward's local adjoint
-    # pass (Note [selective scan segments]) on the same exponentials; without, these are None
-    dout,  # (batch, dim, L) gradient of out
-    z,  # (batch, dim, L) or None
-    Ct,  # (batch, G, LP, NP) fp32, time-padded
-    seg_loc,  # (batch, NSEG, dim, NP) fp32 out: a_{t_beg} g_{t_beg} of each segment from zero
-    seg_dt,  # (batch, NSEG, dim) fp32 out: sum of dt over each segment
-    SEG,  # chunks per segment
-    HAS_Z: tl.constexpr,
-    ADJ: tl.constexpr,
-    BCAST_TILE: tl.constexpr = False,  # the forward's (``triton_fwd.LANE_BCAST_TILE``)
-):
-    """The split backward's states kernel (Note [selective scan backward split] in
-    ``triton_bwd_split``) on the lane forward's tiles: one program per (channel block, batch,
-    chunk) walks the chunk from its checkpoint and writes the state before each of its tiles.
-    With ``ADJ`` a program walks a segment of SEG chunks from its first checkpoint and also
-    gives the segment's local adjoint and dt sum (what ``_selective_scan_bwd_lane_local_kernel``
-    gives, summed forward: one exp2 per (d, n, t) for both)."""
-    SPT: tl.constexpr = NP // KL
-    TT: tl.constexpr = KL * TPL
-    i_d = tl.program_id(0)
-    i_b = tl.program_id(1).to(tl.int64)
-    o_d = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    m_d = o_d < dim
-    m_dn = m_d[:, None]
-    o_k = tl.arange(0, KL)
-    o_n = tl.arange(0, NP)
-    o_j = (o_k[:, None] * TPL + tl.arange(0, TPL)[None, :])[None, :, :]
-    S3: tl.constexpr = (BLOCK_D, KL, SPT)
-    o_dn = o_d[:, None] * NP + o_n[None, :]
-    b_A2 = tl.reshape(tl.load(A2 + o_dn, mask=m_dn, other=0.0), S3)
-    b_bias = tl.load(delta_bias + o_d, mask=m_d, other=0.0) if HAS_BIAS else None
-    row = (i_b * dim + o_d.to(tl.int64)) * L
-    grp = (i_d * BLOCK_D) // (dim // G)  # a block never straddles two groups
-    p_B = Bt + (i_b * G + grp) * LP * NP + o_n
-    if ADJ:
-        c = tl.program_id(2) * SEG
-        t_end = tl.minimum(tl.minimum(c + SEG, NCK - 1) * CK, L)
-        p_C = Ct + (i_b * G + grp) * LP * NP + o_n
-    else:
-        c = tl.program_id(2)
-        t_end = tl.minimum(c * CK + CK, L)
-        p_C = p_B
-    ch = (i_b * dim + o_d.to(tl.int64))[:, None]
-    p_h = ckpt + ch * (NCK * NP) + c * NP + o_n[None, :]
-    h = tl.reshape(tl.load(p_h, mask=m_dn, other=0.0), S3)
-    p_ts = tstates + ch * (tl.cdiv(L, TT) * NP) + o_n[None, :]
-    dt_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)  # ADJ's output (unused without)
-    P = tl.full(S3, 1.0, tl.float32)
-    g = tl.zeros(S3, dtype=tl.float32)
-    t_beg = c * CK
-    nxt = _lane_loads(u, delta, z, p_B, p_C, row, m_d, t_beg, t_end, NP, KL, TPL, HAS_Z, not ADJ)
-    nxt_do = _tile_load(dout, row, m_d, t_beg, t_end, KL, TPL) if ADJ else None
-    for t0 in range(t_beg, t_end, TT):
-        t0 = tl.multiple_of(t0, TT)
-        tl.store(p_ts + (t0 // TT) * NP, tl.reshape(h, (BLOCK_D, NP)), mask=m_dn)
-        ins = nxt
-        nxt = _lane_loads(
-            u, delta, z, p_B, p_C, row, m_d, t0 + TT, t_end, NP, KL, TPL, HAS_Z, not ADJ
-        )
-        if ADJ:
-            b_do = nxt_do
-            nxt_do = _tile_load(dout, row, m_d, t0 + TT, t_end, KL, TPL)
-            h, P, g, dt_sum = _states_adj_tile_lane(
-                h, P, g, ins, b_do, b_A2, b_bias, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS, KL,
-                TPL, HAS_Z, HAS_BIAS, BCAST_TILE,
-            )  # fmt: skip
-        else:
-            h, dt_sum, _nB, _nC = _fwd_tile_lane(
-                h,
-                ins,
-                b_A2,
-                u,  # out: not written (LOCAL)
-                b_bias,
-                None,
-                row,
-                m_d,
-                o_k,
-                o_j,
-                t0,
-                t_end,
-                dt_sum,
-                SOFTPLUS,
-                KL,
-                TPL,
-                False,
-                False,
-                HAS_BIAS,
-                True,
-                BCAST_TILE=BCAST_TILE,
-            )
-    if ADJ:
-        i_bs = i_b * tl.num_programs(2) + tl.program_id(2)
-        tl.store(seg_loc + i_bs * (NP * dim) + o_dn, tl.reshape(g, (BLOCK_D, NP)), mask=m_dn)
-        tl.store(seg_dt + i_bs * dim + o_d, dt_sum, mask=m_d)
-
-
-# LP is rounded up to a multiple of this (16: Triton then knows LP's divisibility; a module
-# constant so that the benchmark can time 8, the tile)
-LP_ALIGN = 16
-
-
-def padded_steps(L: int, TT: int) -> int:
-    """LP: the steps of the lane kernels' B / C copies, whole tiles and one more for the
-    prefetch, rounded up to a multiple of ``LP_ALIGN``."""
-    return cdiv((cdiv(L, TT) + 1) * TT, LP_ALIGN) * LP_ALIGN
-
-
-def lane_geometry(NP: int) -> tuple[int, int]:
-    """(KL, TPL) of Note [selective scan forward lanes]: NP / 4 lanes per channel up to 8, tiles
-    of min(NP, 8) steps."""
-    kl = max(1, min(NP // 4, 8))
-    tt = min(NP, 8)
-    return kl, tt // kl

@@ -1,9 +1,8 @@
-"""The lane forward's real pass with two channels a thread (CUDA; ``triton_fwd.LANE_CH2``).
+"""The lane forward's real pass with two channels a thread (CUDA; ``Policy.two_channels``).
 
 Note [selective scan forward two channels a thread]
 ---------------------------------------------------
-Nsight Compute on the batch-1 forward (H200, 2026-12-03, (1, 1536, 4096) bf16,
-``benchmarks/RESULTS.md``, twenty-second session) put the lane kernel's real pass at 89% of the
+Nsight Compute on the batch-1 forward (H200, 2026-12-03, (1, 1536, 4096) bf16,) put the lane kernel's real pass at 89% of the
 L1 data pipe's peak (``l1tex__data_pipe_lsu_wavefronts``), its local pass at 71%, with issue at
 57% and the MUFU at 57% / 71%: the real pass is bound by what the L1 delivers to registers, not
 by its instructions (a variant with 6% fewer instructions and 2 fewer MUFU a tile timed the
@@ -23,7 +22,7 @@ one-asm broadcasts with inline PTX (``BCAST_TILE``; a shuffle per step, or the m
 under the interpreter, otherwise). Everything else (segments and their fold, checkpoints, the
 final state) is the lane kernel's.
 
-Measured (H200, twenty-second and twenty-third sessions, forward ms under CUDA graphs, against
+Measured (H200, forward ms under CUDA graphs, against
 the one-channel real pass in the same run): sm_90 compiles it to 159-161 registers (6 two-warp
 programs a multiprocessor instead of 8) and 37.7 instead of 40.6 instructions a channel-step;
 Nsight Compute puts the real pass at 66% of the L1 data pipe (from 89%), the pass now latency
@@ -31,12 +30,11 @@ bound at 2.5 warps a scheduler. bf16 / fp32: (1, 1536, 4096) 0.098 / 0.106 again
 0.112 (real pass 52.6 against 56.2 us), (16, 1536, 1024) 0.207 / 0.220 against 0.238 / 0.276,
 (1, 1024, 65536) 0.859 / 0.953 against 0.884 / 0.999. Where its programs fill fewer waves than
 the one-channel pass's ((8, 4096, 2048): 1.29 waves) it was 7-8% slower, so an unsplit forward
-takes it only where its waves fill as well (``triton_fwd.ch2_fills``), and a split one plans its
-segments for its registers (``triton_fwd.fill_waves``). Capped at 128 registers it spills and is
+takes it only where its waves fill as well (``plan.ch2_rows16``), and a split one plans its
+segments for its registers (``plan.fill_waves``). Capped at 128 registers it spills and is
 slower; the two halves updated one after the other saved no registers.
 
-What bounds it now (H200, twenty-ninth session, bf16 (1, 1536, 4096), 51.9 us; probes in
-``benchmarks/selective_scan/experiments/twentyninth_map_overlap.patch``): with its 64 decays a
+What bounds it now (H200, bf16 (1, 1536, 4096), 51.9 us, measured by variants of the kernel): with its 64 decays a
 tile-thread computed without MUFU but as many instructions it took 48.9 us, without softplus
 and the gate's sigmoid (16% fewer instructions) 47.7 us, with every segment reading hot B / C
 rows 52.0 us. Issue and the MUFU pipe are balanced in the loop (609 instructions a tile-warp;
@@ -46,13 +44,12 @@ registers, 8 programs a multiprocessor: slower). Its programs of one segment pla
 multiprocessor, a ``tanh.approx`` gate and a start in the local pass's last wave
 (programmatic dependent launch and flags) were no faster either.
 
-The local pass in this layout (thirtieth session, ``experiments/thirtieth_ch2_local.patch``:
-the kernel's ``LOCAL``, one copy of the B rows for both halves; sm_90 127 registers, 8% fewer
+The local pass in this layout (the kernel with a ``LOCAL`` pass, one copy of the B rows for both halves; sm_90 127 registers, 8% fewer
 instructions a channel-step) was slower: 38.3 against the one-channel local pass's 34.7 us at
 (1, 1536, 4096) bf16, with half its warps. Nsight Compute puts the one-channel local pass at 75%
 of its MUFU pipe, the MIO queue (MUFU, shuffles, loads) its top stall, and it needs its warps to
 get there; more warps (its rows through shared memory, 40 registers) or fewer shuffles (u
-broadcast in bf16, ``experiments/thirtieth_u16_bcast.patch``) did not move it.
+broadcast in bf16) did not move it.
 """
 
 from __future__ import annotations
@@ -69,7 +66,6 @@ from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _slot,
     _tile_bcast,
     _y_scatter,
-    fold_one,
     fold_segments,
 )
 
@@ -257,12 +253,9 @@ def _selective_scan_fwd_lane2_kernel(
     FOLD: tl.constexpr = 1,  # the lane kernel's: local segments per real one
     # segments whose states the fold loads at a time, for both halves (``_fold_pair``)
     FOLD_GROUP: tl.constexpr = 0,
-    SNAP: tl.constexpr = False,  # the lane kernel's: local segments of SEG2 tiles
-    SEG2=0,
     EVEN: tl.constexpr = False,  # the lane kernel's (channels: dim % (2 BLOCK_D) == 0)
     AHEAD: tl.constexpr = 1,  # tiles ahead that u, delta, z are loaded (1 or 2)
     I32: tl.constexpr = False,  # the lane kernel's
-    LDM: tl.constexpr = 0,  # the lane kernel's
 ):
     SPT: tl.constexpr = NP // KL
     TT: tl.constexpr = KL * TPL
@@ -274,7 +267,7 @@ def _selective_scan_fwd_lane2_kernel(
     NSEG = tl.num_programs(2) * FOLD  # the local segments' buffer
     o_d0 = i_d * (2 * BLOCK_D) + tl.arange(0, BLOCK_D)
     o_d1 = o_d0 + BLOCK_D
-    if EVEN and LDM == 0:  # constant masks: they fold away
+    if EVEN:  # constant masks: they fold away
         m_d0 = tl.full((BLOCK_D,), 1, tl.int1)
         m_d1 = tl.full((BLOCK_D,), 1, tl.int1)
     else:
@@ -310,26 +303,18 @@ def _selective_scan_fwd_lane2_kernel(
     else:
         t_beg = 0
         t_end = L
-    if SNAP:  # the local segments' records, then one per real segment
-        NLOC = tl.cdiv((tl.num_programs(2) - 1) * SEG, SEG2)
-        NSEG = NLOC + tl.num_programs(2)
     if SPLIT:  # the fold of the earlier segments (Note [selective scan segments])
-        nf = (i_s * SEG) // SEG2 if SNAP else i_s * FOLD
+        nf = i_s * FOLD
         if FOLD_GROUP > 0:
             h0, h1 = _fold_pair(h0, h1, seg_state, seg_dt, b_A0, b_A1, i_b, NSEG, nf, dim, o_d0,
                                 o_d1, m_d0, m_d1, FOLD_GROUP)  # fmt: skip
         else:
             h0 = fold_segments(h0, seg_state, seg_dt, b_A0, i_b, NSEG, 0, nf, 1, dim, o_d0, m_d0)
             h1 = fold_segments(h1, seg_state, seg_dt, b_A1, i_b, NSEG, 0, nf, 1, dim, o_d1, m_d1)
-        if SNAP:  # the snapshot where this segment starts inside a local one
-            mid = (i_s * SEG) % SEG2 != 0
-            h0 = fold_one(h0, seg_state, seg_dt, b_A0, i_b, NSEG, NLOC + i_s, mid, dim, o_d0, m_d0)
-            h1 = fold_one(h1, seg_state, seg_dt, b_A1, i_b, NSEG, NLOC + i_s, mid, dim, o_d1, m_d1)
     if EVEN:  # the masks' end: none (whole tiles)
         t_m = None
     else:
         t_m = t_end
-    t_ml = t_end if LDM == 2 else t_m  # the loop's element loads'
     e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_beg, t_m, KL, TPL, HAS_Z, False)
     e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_beg, t_m, KL, TPL, HAS_Z, False)
     if AHEAD == 2:
@@ -354,11 +339,11 @@ def _selective_scan_fwd_lane2_kernel(
         if AHEAD == 2:
             e0 = n0
             e1 = n1
-            n0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_ml, KL, TPL, HAS_Z, False)
-            n1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_ml, KL, TPL, HAS_Z, False)
+            n0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_m, KL, TPL, HAS_Z, False)
+            n1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_m, KL, TPL, HAS_Z, False)
         else:
-            e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_ml, KL, TPL, HAS_Z, False)
-            e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_ml, KL, TPL, HAS_Z, False)
+            e0 = _lane_elem_loads(u, delta, z, row0, m_d0, t_nx, t_m, KL, TPL, HAS_Z, False)
+            e1 = _lane_elem_loads(u, delta, z, row1, m_d1, t_nx, t_m, KL, TPL, HAS_Z, False)
         h0, h1, nB, nC = _fwd_tile_lane2(
             h0, h1, i0, i1, nB, nC, b_A0, b_A1, out, b_bias0, b_bias1, b_D0, b_D1, row0, row1,
             m_d0, m_d1, o_k, o_j, t0, t_m, p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW,
