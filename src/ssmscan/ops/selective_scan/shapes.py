@@ -20,7 +20,7 @@ C kernel's fp32 dA was 2.3e-5 and dD 2.1e-5 off float64 (max-normalized), above 
 tolerance of 1e-5. So every backward sums in two levels: the steps of one chunk
 (``CHECKPOINT_LEN``) into a chunk sum, the chunk sums into the total (dA 1.1e-6, dD 5.8e-7 at that
 length). The C kernel keeps both levels in registers; the Triton kernels, short of registers,
-fold each chunk's sums into their program's partial in global memory (stored and loaded back by
+fold each chunk's sums into their program's partial in device memory (stored and loaded back by
 the same thread) and restart the chunk accumulators from zero.
 ``tests/ops/selective_scan/test_long_sequences.py`` checks it at 2^20 + 37 steps on the CPU and,
 on a GPU, every Triton backward.

@@ -35,7 +35,7 @@ bf16. Register caps (``maxnreg`` 200 / 184 / 168, 10-12 warps per multiprocessor
 13-45% slower; reloading B_t / C_t in the adjoint instead of keeping them, 15-20% slower.
 
 Status: the default backward main kernel since 2026-12-01: correct against
-float64 on the H200 in fp32 / bf16 / fp16 (``gpu_errors.py``, the GPU tests), faster than the
+float64 on the H200 in fp32 / bf16 / fp16 (the GPU tests), faster than the
 split kernel at every benchmark shape but (1, 1024, 65536) bf16 without the L1 prefetch.
 
 The segments' local pass (Note [selective scan segments]) has a lane kernel here too

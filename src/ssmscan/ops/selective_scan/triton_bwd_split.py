@@ -60,7 +60,7 @@ that no access pulls the states toward the channel-contiguous layout.
 H200, 2026-11-30 (the prototype of this kernel, whole backward op, ms): 4.65 vs 5.25 (``tile_rs``) fp32 and 3.97 vs 4.96 bf16 at (8, 4096, 2048, 16);
 1.78 vs 2.22 / 1.55 vs 2.11 at (16, 1536, 1024, 16). 2026-12-01, this library kernel (with the
 chunk pass still inside) on the H200 beside ``tile_rs`` in one process: correct against float64
-in fp32 / bf16 / fp16 (``gpu_errors.py cuda split``: fp32 out 7.9e-7, worst gradient dA 5.9e-6;
+in fp32 / bf16 / fp16 (fp32 out 7.9e-7, worst gradient dA 5.9e-6;
 bf16 worst dB 3.2e-3), backward op 4.73 vs 5.30 ms fp32 and 4.06 vs 4.95 bf16 at (8, 4096, 2048),
 1.82 vs 2.24 / 1.59 vs 2.13 at (16, 1536, 1024), 6.09 vs 7.63 / 5.41 vs 6.86 at (1, 1024, 65536):
 the default since. Register caps (``maxnreg`` 200 / 168, ``benchmarks/selective_scan/
