@@ -597,3 +597,16 @@ def test_report_table_says_what_each_target_made_of_the_scan():
         "aoti": "scan x2 -> C++ loop",
         "executorch": "delegate x17 -> XNNPACK, scan x2 -> ExecuTorch loop",
     }
+
+
+def test_report_compile_target_leaves_the_inputs_unmarked():
+    """The compile row's dynamic mark stays on its own copy of the ids: marked on the shared ids it
+    made every later target's export see a dynamic length (TensorRT's static lowering declined)."""
+    import torch
+
+    from ssmscan._cli_report import _build
+    from ssmscan.models import build_model
+
+    ids = torch.randint(0, 256, (1, 16))
+    _build("compile", build_model("tiny").eval(), ids, True, None)
+    assert not getattr(ids, "_dynamo_dynamic_indices", None)

@@ -61,11 +61,14 @@ def _build(
         return (lambda x: first_tensor(model(x))), row
     if target == "compile":
         compiled = torch.compile(model, fullgraph=True, backend="inductor")
+        # A copy carries the dynamic mark: marked on the caller's ids it would make every later
+        # target's torch.export see a dynamic length (and TensorRT's static lowering decline).
+        first = ids.clone()
         if dynamic:
-            torch._dynamo.mark_dynamic(ids, 1)
+            torch._dynamo.mark_dynamic(first, 1)
         t0 = time.perf_counter()
         with torch.no_grad():
-            compiled(ids)  # compiles
+            compiled(first)  # compiles
         row.build_seconds = time.perf_counter() - t0
         row.realization, row.shapes = "kernel", "dynamic L" if dynamic else "static"
         return (lambda x: first_tensor(compiled(x))), row
