@@ -99,7 +99,7 @@ def check_linear_scan(seed: int) -> None:
     dtype = rng.choice(DTYPES)
     shape = tuple(rng.randint(1, 5) for _ in range(rng.randint(1, 3)))
     dim = rng.randrange(len(shape))
-    shape = shape[:dim] + (rng.choice([1, 2, 9, 40]),) + shape[dim + 1 :]
+    shape = (*shape[:dim], rng.choice([1, 2, 9, 40]), *shape[dim + 1 :])
     g = torch.Generator().manual_seed(seed)
     a = (0.5 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
     b = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
