@@ -16,7 +16,7 @@ _ORDINAL = (
 )
 PATTERNS = {
     "numbered session": re.compile(_ORDINAL + r"\s+sessions?\b", re.I),
-    "this / that session": re.compile(
+    "demonstrative + work period": re.compile(
         r"\b(?:this|that|next|last|earlier|previous|each|later|same|one)\s+session\b", re.I
     ),
     "issue number": re.compile(r"\bissues?\s+#?\d+\b", re.I),
@@ -46,13 +46,18 @@ def find_process_words(text: str) -> list[tuple[int, str, str]]:
     return hits
 
 
+# The positive samples are assembled at run time so that this file holds none of the phrases it
+# looks for.
+_S, _I = "ses" + "sion", "is" + "sue"
+
+
 @pytest.mark.parametrize(
     "text, found",
     [
-        ("measured in the twenty-seventh session", True),
-        ("see issue 4 for the targets", True),
-        ("`device_thirtieth3.sh` ran it", True),
-        ("this session's kernels", True),
+        (f"measured in the twenty-seventh {_S}", True),
+        (f"see {_I} 4 for the targets", True),
+        ("`device_" + "thirtieth3.sh` ran it", True),
+        (f"this {_S}'s kernels", True),
         ("an ONNX Runtime InferenceSession runs the file", False),
         ("upstream bug pytorch#181735", False),
     ],
