@@ -150,13 +150,14 @@ def _mamba1_forward(
     return mixer.out_proj(out.transpose(1, 2).to(dtype))
 
 
-class SsmscanMambaMixer(MambaMixer):
-    """transformers' ``MambaMixer`` computing on ssmscan ops; created only by ``use_ssmscan``.
-
-    ``ssmscan_impl`` is the ``impl`` passed to ``ssmscan.selective_scan``.
-    """
+class _Mamba1Forward:
+    """The forward of the mixers that share transformers' Mamba projections (Mamba, FalconMamba,
+    Jamba); a subclass names whether it has RMS norms on dt, B, C and a quantizable ``dt_proj``.
+    ``ssmscan_impl`` is the ``impl`` passed to ``ssmscan.selective_scan``."""
 
     ssmscan_impl: Impl = "auto"
+    _norms: bool = False
+    _quantized_dt_proj: bool = False
 
     @force_accelerate_hooks(["conv1d", "dt_proj"])
     def forward(
@@ -169,45 +170,25 @@ class SsmscanMambaMixer(MambaMixer):
         """hidden_states (batch, L, hidden) -> (batch, L, hidden); reads/updates ``cache``."""
         if cache is None:
             cache = kwargs.get("cache_params")  # the deprecated name of ``cache``
-        return _mamba1_forward(self, hidden_states, cache, attention_mask, False, False)
+        return _mamba1_forward(
+            self, hidden_states, cache, attention_mask, self._norms, self._quantized_dt_proj
+        )
 
 
-class SsmscanFalconMambaMixer(FalconMambaMixer):
+class SsmscanMambaMixer(_Mamba1Forward, MambaMixer):
+    """transformers' ``MambaMixer`` computing on ssmscan ops; created only by ``use_ssmscan``."""
+
+
+class SsmscanFalconMambaMixer(_Mamba1Forward, FalconMambaMixer):
     """transformers' ``FalconMambaMixer`` (weightless RMS norms on dt, B, C) on ssmscan ops."""
 
-    ssmscan_impl: Impl = "auto"
-
-    @force_accelerate_hooks(["conv1d", "dt_proj"])
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        cache: Cache | None = None,
-        attention_mask: torch.Tensor | None = None,
-        **kwargs: Any,  # transformers passes extra keyword arguments through; ignored as upstream
-    ) -> torch.Tensor:
-        """hidden_states (batch, L, hidden) -> (batch, L, hidden); reads/updates ``cache``."""
-        if cache is None:
-            cache = kwargs.get("cache_params")  # the deprecated name of ``cache``
-        return _mamba1_forward(self, hidden_states, cache, attention_mask, True, True)
+    _norms = _quantized_dt_proj = True
 
 
-class SsmscanJambaMambaMixer(JambaMambaMixer):
+class SsmscanJambaMambaMixer(_Mamba1Forward, JambaMambaMixer):
     """transformers' ``JambaMambaMixer`` (RMS norms with weights on dt, B, C) on ssmscan ops."""
 
-    ssmscan_impl: Impl = "auto"
-
-    @force_accelerate_hooks(["conv1d", "dt_proj"])
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        cache: Cache | None = None,
-        attention_mask: torch.Tensor | None = None,
-        **kwargs: Any,  # transformers passes extra keyword arguments through; ignored as upstream
-    ) -> torch.Tensor:
-        """hidden_states (batch, L, hidden) -> (batch, L, hidden); reads/updates ``cache``."""
-        if cache is None:
-            cache = kwargs.get("cache_params")  # the deprecated name of ``cache``
-        return _mamba1_forward(self, hidden_states, cache, attention_mask, True, True)
+    _norms = _quantized_dt_proj = True
 
 
 class SsmscanZambaMambaMixer(ZambaMambaMixer):
