@@ -1,10 +1,11 @@
 """Replace ssmscan's kernel ops by their parallel (aten) or loop (``higher_order.scan``) realization.
 
 For backends that cannot run custom ops: ONNX, Torch-TensorRT, AOTInductor without Python. Each
-``torch.ops.ssmscan.selective_scan_fwd`` / ``linear_scan_fwd`` / ``selective_state_update`` node
-of an ``ExportedProgram`` (before or after ``run_decompositions()``) or ``GraphModule`` is traced
-anew from :mod:`ssmscan.ops.selective_scan.parallel` / ``loop`` (and the ``linear_scan``
-counterparts) with ``make_fx`` on the node's fake inputs, inside the program's fake mode, and
+``torch.ops.ssmscan.selective_scan_fwd`` / ``linear_scan_fwd`` / ``selective_state_update`` /
+``ssd_scan_fwd`` node of an ``ExportedProgram`` (before or after ``run_decompositions()``) or
+``GraphModule`` is traced anew from :mod:`ssmscan.ops.selective_scan.parallel` / ``loop`` (and the
+``linear_scan`` and ``ssd_scan`` counterparts) with ``make_fx`` on the node's fake inputs, inside
+the program's fake mode, and
 spliced in its place; the loop's body becomes a submodule of the graph module. Every new node
 carries a ``val``; a node is either replaced whole or left untouched, with the reason recorded.
 
@@ -12,8 +13,8 @@ Declined:
 
 * ``selective_scan_fwd`` whose checkpoints output (its third) is read: only the backward reads it
   and the realizations compute none (export for inference, or keep the op);
-* ``realization="parallel"`` with a dynamic length: the parallel scans are planned for a static
-  length; ``realization="loop"`` takes any length;
+* ``realization="parallel"`` with a dynamic length: the parallel scans (and the SSD chunks) are
+  planned for a static length; ``realization="loop"`` takes any length;
 * outputs used other than through ``getitem``; inputs without fake values.
 
 Where the results run (torch 2.13 CPU, onnxscript 0.7.2, onnxruntime 1.32; tests in
@@ -53,6 +54,8 @@ from ssmscan.ops.linear_scan.parallel import linear_scan_parallel
 from ssmscan.ops.selective_scan.loop import selective_scan_loop
 from ssmscan.ops.selective_scan.parallel import selective_scan_parallel
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
+from ssmscan.ops.ssd_scan.loop import ssd_scan_loop
+from ssmscan.ops.ssd_scan.parallel import ssd_scan_parallel
 from ssmscan.scan import Algorithm, choose_algorithm
 
 from . import _graph as G
@@ -60,7 +63,7 @@ from . import _graph as G
 __all__ = ["SSMSCAN_OPS", "decompose_selective_scan", "explain_decompose"]
 
 Realization = Literal["parallel", "loop"]
-SSMSCAN_OPS = ("selective_scan_fwd", "linear_scan_fwd", "selective_state_update")
+SSMSCAN_OPS = ("selective_scan_fwd", "linear_scan_fwd", "selective_state_update", "ssd_scan_fwd")
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,8 @@ class _Plan:
 def decompose_selective_scan(
     program: Any, realization: Realization = "parallel", algorithm: Algorithm = "auto"
 ) -> G.PassResult:
-    """``ssmscan::selective_scan_fwd`` / ``linear_scan_fwd`` / ``selective_state_update`` in,
-    their parallel aten or ``higher_order.scan`` loop realization out.
+    """``ssmscan::selective_scan_fwd`` / ``linear_scan_fwd`` / ``selective_state_update`` /
+    ``ssd_scan_fwd`` in, their parallel aten or ``higher_order.scan`` loop realization out.
 
     Args:
         program: ``torch.export.ExportedProgram`` or ``torch.fx.GraphModule`` (changed in place).
@@ -82,7 +85,8 @@ def decompose_selective_scan(
             ONNX at a fixed length) or ``"loop"`` (one ``higher_order.scan`` per op, any length;
             for ONNX ``Scan`` and AOTInductor).
         algorithm: the parallel scan ("auto", "hillis_steele", "blelloch", "chunked"); ignored by
-            the loop.
+            the loop. ``ssd_scan_fwd``'s parallel form is always chunked (at the node's chunk
+            size); its scan across chunks uses this algorithm.
 
     Returns:
         A :class:`PassResult`, truthy iff the graph changed, with one decision per op node.
@@ -207,6 +211,18 @@ _TENSOR_ARGS = {
         "dt_bias",
         "state_batch_indices",
     ),
+    "ssd_scan_fwd": (
+        "x",
+        "dt",
+        "A",
+        "B",
+        "C",
+        "D",
+        "z",
+        "dt_bias",
+        "initial_states",
+        "seq_idx",
+    ),
 }
 
 
@@ -237,6 +253,8 @@ def _plan(node: fx.Node, realization: Realization, algorithm: Algorithm) -> _Pla
         length = args["u"].meta["val"].shape[-1]
     elif name == "linear_scan_fwd":
         length = args["b"].meta["val"].shape[args["dim"]]
+    elif name == "ssd_scan_fwd":
+        length = args["x"].meta["val"].shape[1]
     else:
         length = 1
     static = _static_length(length)
@@ -251,6 +269,12 @@ def _plan(node: fx.Node, realization: Realization, algorithm: Algorithm) -> _Pla
         how, reason = "step", "one step of the selective scan in aten ops"
     elif realization == "loop":
         how, reason = "loop", "higher_order.scan over time (any length)"
+    elif name == "ssd_scan_fwd":
+        how = "chunked"
+        reason = (
+            f"chunked SSD form in plain aten ops (chunk {consts['chunk_size']}, static length "
+            f"{static})"
+        )
     else:
         how = choose_algorithm(static or 1, algorithm)
         reason = f"parallel affine {how} scan in plain aten ops (static length {static})"
@@ -283,6 +307,23 @@ def _realization_fn(
             return [out, last, None]
 
         return selective_scan
+    if name == "ssd_scan_fwd":
+
+        def ssd_scan(*tensors: torch.Tensor) -> list[torch.Tensor | None]:
+            kw = bind(tensors)
+            options: dict[str, Any] = {
+                "dt_softplus": bool(consts["dt_softplus"]),
+                "dt_limit": (float(consts["dt_min"]), float(consts["dt_max"])),
+            }
+            if realization == "parallel":
+                out, last = ssd_scan_parallel(
+                    **kw, **options, chunk_size=int(consts["chunk_size"]), algorithm=algorithm
+                )
+            else:
+                out, last = ssd_scan_loop(**kw, **options)
+            return [out, last]
+
+        return ssd_scan
     if name == "linear_scan_fwd":
         lin_fn = linear_scan_parallel if realization == "parallel" else linear_scan_loop
 

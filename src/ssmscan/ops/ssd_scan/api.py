@@ -9,9 +9,11 @@ import torch
 from ssmscan.ops.ssd_scan import op as _op  # noqa: F401  (registers the ops)
 from ssmscan.ops.ssd_scan.checks import check_ssd_scan_args
 from ssmscan.ops.ssd_scan.common import plan_chunk_size
+from ssmscan.ops.ssd_scan.loop import ssd_scan_loop
+from ssmscan.ops.ssd_scan.parallel import ssd_scan_parallel
 from ssmscan.ops.ssd_scan.reference import ssd_scan_reference
 
-Impl = Literal["auto", "cpu", "triton", "reference"]
+Impl = Literal["auto", "cpu", "triton", "parallel", "loop", "reference"]
 
 
 def ssd_scan(
@@ -66,8 +68,12 @@ def ssd_scan(
         dt_limit: ``(min, max)`` clamp of the time step after the softplus.
         return_final_states: also return the state after the last step.
         impl: ``"auto"`` (the kernel for the tensors' device), ``"cpu"`` (the chunked CPU
-            kernel), ``"triton"`` (CUDA kernels: not written yet, raises) or ``"reference"`` (the
-            sequential oracle, slow).
+            kernel), ``"triton"`` (CUDA kernels: not written yet, raises), ``"parallel"`` (the
+            chunked form in plain aten ops, static L, any device: ``ops/ssd_scan/parallel.py``),
+            ``"loop"`` (a ``higher_order.scan`` over time, any L and device:
+            ``ops/ssd_scan/loop.py``) or ``"reference"`` (the sequential oracle, slow).
+            ``"parallel"`` and ``"loop"`` are differentiable through autograd and trace into
+            graphs without ssmscan ops.
 
         dt, A, B, C, D, dt_bias and initial_states take ``x``'s dtype or the state dtype
         (float32; float64 for float64 ``x``).
@@ -94,8 +100,18 @@ def ssd_scan(
             x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
             dt_limit, return_final_states,
         )  # fmt: skip
+    if impl in ("parallel", "loop"):
+        options = (D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit)
+        if impl == "parallel":
+            out, final = ssd_scan_parallel(x, dt, A, B, C, *options, chunk_size=chunk_size)
+        else:
+            out, final = ssd_scan_loop(x, dt, A, B, C, *options)
+        return (out, final) if return_final_states else out
     if impl not in ("auto", "cpu", "triton"):
-        raise ValueError(f"impl must be one of 'auto', 'cpu', 'triton', 'reference'; got {impl!r}")
+        raise ValueError(
+            "impl must be one of 'auto', 'cpu', 'triton', 'parallel', 'loop', 'reference'; "
+            f"got {impl!r}"
+        )
     if impl == "triton" or x.device.type != "cpu":
         raise NotImplementedError(
             f"ssd_scan has no GPU kernels yet (impl={impl!r}, x on {x.device}); use "
