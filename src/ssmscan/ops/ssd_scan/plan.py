@@ -1,0 +1,135 @@
+"""Launch plan of the SSD Triton kernels: a pure, cached function from a call's head geometry,
+dtype and the device's facts to a frozen plan (chunk length, block sizes, warps, the matmul
+precision of float32 operands).
+
+The launchers (``triton_fwd.launch``, ``triton_bwd.launch``) take a plan and hold no policy of
+their own; the op asks ``plan_ssd`` through ``plan_for``; an experiment passes a plan of its own
+(``dataclasses.replace`` of a planned one). Neither the batch nor the length enters the plan: it
+must not change as L varies under dynamic shapes, and it stays cached.
+
+The chunk length is the kernels' own: the ``chunk_size`` argument of the op is the CPU kernel's
+(``common.plan_chunk_size``); it changes the rounding, never the result, so the GPU kernels use
+the chunk their register tiles are sized for. ``tests/ops/ssd_scan/test_triton_plan.py``
+tabulates the plans.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from ssmscan.ops.common.device import H200, INTERPRETED, DeviceFacts, device_facts
+from ssmscan.ops.common.host_math import next_pow2
+
+MIN_DOT = 16  # the smallest dimension of a Triton ``tl.dot`` operand
+
+
+@dataclass(frozen=True)
+class SSDPlan:
+    """How the SSD kernels run one head geometry (``plan_ssd``).
+
+    Args:
+        chunk: Q, steps per chunk (a power of two, at least 16).
+        block_p: headdim per block of the chunk-state and output kernels, and the step of the
+            backward kernels' loops over headdim.
+        block_n: dstate per block of the chunk-state kernel and of the dB / dC kernel, and the
+            step of the other kernels' loops over dstate.
+        pass_block: elements of a head's (headdim, dstate) state per program of the state
+            passing kernels.
+        precision: ``tl.dot`` input precision for float32 operands ("ieee", "tf32x3" or
+            "tf32"); 16-bit operands always use the tensor cores.
+        warps_state, warps_out, warps_pass, warps_dx, warps_dbc: ``num_warps`` of the
+            chunk-state, output, state-passing, dx / dt and dB / dC kernels.
+        stages: ``num_stages`` of the kernels with loops over headdim or dstate.
+
+    Example:
+        >>> SSDPlan(64, 64, 128, 1024, "ieee", 4, 4, 4, 8, 8, 2).chunk
+        64
+    """
+
+    chunk: int
+    block_p: int
+    block_n: int
+    pass_block: int
+    precision: str
+    warps_state: int
+    warps_out: int
+    warps_pass: int
+    warps_dx: int
+    warps_dbc: int
+    stages: int
+
+
+def _pad(n: int) -> int:
+    return max(MIN_DOT, next_pow2(n))
+
+
+def plan_ssd(
+    nheads: int, headdim: int, ngroups: int, dstate: int, dtype: torch.dtype, facts: DeviceFacts
+) -> SSDPlan:
+    """The plan of an SSD call.
+
+    Q = 64: the intra-chunk (Q, Q) decay and C·Bᵀ tiles stay in registers next to a (Q, 64)
+    output block at 4 warps, and the (headdim, dstate) chunk states written per chunk (the
+    largest memory traffic: 4·headdim·dstate bytes per head and chunk, against 2·Q·headdim of
+    x) are amortized over 64 steps. Headdim blocks of up to 64, dstate blocks of up to 128
+    (the chunk-state kernel's (64, 128) float32 accumulator: 64 registers a thread at 4 warps).
+    float32 operands use 3xTF32 on devices with tensor cores (the float32 tolerance, 1e-5
+    max-normalized, rules out plain TF32's ~3e-4), IEEE float32 elsewhere (and under the
+    interpreter, where it changes nothing).
+
+    Args:
+        nheads, headdim, ngroups, dstate: the head geometry (ints).
+        dtype: x's dtype.
+        facts: the device's ``DeviceFacts``.
+
+    Returns:
+        A frozen ``SSDPlan``; cached.
+
+    Example:
+        >>> p = plan_ssd(24, 64, 1, 128, torch.bfloat16, H200)
+        >>> p.chunk, p.block_p, p.block_n, p.precision
+        (64, 64, 128, 'tf32')
+    """
+    return _plan_ssd(int(nheads), int(headdim), int(ngroups), int(dstate), dtype, facts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_ssd(
+    nheads: int, headdim: int, ngroups: int, dstate: int, dtype: torch.dtype, facts: DeviceFacts
+) -> SSDPlan:
+    del nheads, ngroups  # the per-chunk work of a head does not depend on them
+    pp, np_ = _pad(headdim), _pad(dstate)
+    block_p = min(pp, 64)
+    block_n = min(np_, 128)
+    if dtype == torch.float32:
+        precision = "tf32x3" if facts.compiled and facts.capability >= (8, 0) else "ieee"
+    else:
+        precision = "tf32"  # Triton's default; it applies to float32 operands only
+    pass_block = min(1024, next_pow2(headdim * dstate))
+    big = pp * np_ >= 128 * 128
+    return SSDPlan(
+        chunk=64,
+        block_p=block_p,
+        block_n=block_n,
+        pass_block=pass_block,
+        precision=precision,
+        warps_state=8 if block_p * block_n >= 64 * 128 else 4,
+        warps_out=4,
+        warps_pass=4,
+        warps_dx=8 if big else 4,
+        warps_dbc=8 if big else 4,
+        stages=2,
+    )
+
+
+def plan_for(x: torch.Tensor, B: torch.Tensor) -> SSDPlan:
+    """The planner's plan for a call with these ``x`` (batch, L, nheads, headdim) and ``B``
+    (batch, L, ngroups, dstate), on their device."""
+    _, _, nheads, headdim = x.shape
+    return plan_ssd(nheads, headdim, B.shape[2], B.shape[3], x.dtype, device_facts(x.device))
+
+
+__all__ = ["H200", "INTERPRETED", "SSDPlan", "plan_for", "plan_ssd"]

@@ -1,0 +1,494 @@
+"""Triton kernels of ``ssmscan::ssd_scan_bwd`` (CUDA), and their launcher.
+
+Note [SSD Triton backward]: README.md's Note [SSD chunked backward], recomputing rather than
+storing (the forward saves only its inputs), in six launches:
+
+1. the forward's steps 1 and 2 (``triton_fwd.recompute_states``): time steps, log-decays ``cs``
+   and the state entering each chunk;
+2. the forward's chunk-state kernel in its read-out mode: ``dS_out_c = sum_j w_j g_j C_jᵀ``, the
+   gradient the chunk's outputs send to the state entering it (``g = dout silu(z)``, the gradient
+   of y; ``w_j = exp(cs_j)`` masked);
+3. ``_ssd_scan_bwd_pass_kernel``: the loop over chunks backwards, ``dS_c = k_c dS_{c+1} +
+   dS_out_c``, writing ``dS_{c+1}`` (the gradient of each chunk's own state) over ``dS_out`` in
+   place, the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c``, and ``dinitial_states = dS_0``;
+4. ``_ssd_scan_bwd_dx_kernel``, one program per (chunk, batch x head), looping over headdim
+   blocks (and dstate blocks inside): ``dX = Mᵀ g + e ∘ (B dS_{c+1}ᵀ)`` with
+   ``M = C Bᵀ ∘ decay`` and ``X = dt x``; dx, dz, the partial sums of dD; and the gradient of
+   the log-decays in one line. Every exponential of the Note carries ``exp(cs_i)`` or
+   ``exp(-cs_j)`` (or ``exp(cs_last)``), so
+
+       dcs_i = sum_p g_ip y_ip - sum_p X_ip dX_ip + [i = last] (sum_jp X_jp (e ∘ B dS_{c+1}ᵀ)_jp
+               + dk_c k_c)
+
+   (``y`` here without the skip and gate: the intra-chunk part and the carried state's
+   read-out). Then ``da = reverse cumsum of dcs`` within the chunk, ``dA += sum da dt``,
+   ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
+5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group, dstate block), looping
+   over the group's heads: ``dC = sum_h w ∘ (g S) + dCB B``, ``dB = sum_h (e ∘ X) dS_{c+1} +
+   dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (one sum over the group's heads inside the
+   program: no atomics, deterministic).
+
+dA, dD and ddt_bias are sums of per-program partials taken with ``torch.sum`` (deterministic).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmscan.ops.common.host_math import cdiv, next_pow2
+from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.ssd_scan.common import segment_ids
+from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
+from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
+from ssmscan.ops.ssd_scan.triton_fwd import (
+    _decay,
+    _last,
+    _segments,
+    _softplus,
+    chunk_states,
+    dt_flags,
+    precision,
+    recompute_states,
+)
+
+
+@triton.jit
+def _ssd_scan_bwd_pass_kernel(
+    dstates,  # (batch, NC, nheads, headdim, dstate) fp32: dS_out in, dS_{c+1} out (in place)
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    dfinal,  # (batch, nheads, headdim, dstate) gradient of the final state (HAS_DFINAL)
+    dinit,  # (batch, nheads, headdim, dstate) gradient of the initial state, output (HAS_INIT)
+    dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of dS_{c+1} ∘ S_c, output
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    L,  # time steps
+    H,  # nheads
+    PN,  # headdim * dstate
+    NC,  # chunks
+    NBLK,  # programs per head (the grid's second axis)
+    HAS_DFINAL: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK: tl.constexpr,  # state elements per program
+):
+    """dS_c = k_c dS_{c+1} + dS_out_c from dS_NC = dfinal (Note [SSD Triton backward], 3)."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_blk = tl.program_id(1).to(tl.int64)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    o = i_blk * BLOCK + tl.arange(0, BLOCK)
+    m = o < PN
+    if HAS_DFINAL:
+        b_dS = tl.load(dfinal + i_bh * PN + o, mask=m, other=0.0).to(tl.float32)
+    else:
+        b_dS = tl.zeros((BLOCK,), dtype=tl.float32)
+    for r in range(0, NC):
+        c = NC - 1 - r
+        o_st = ((i_b * NC + c) * H + i_h) * PN + o
+        b_out = tl.load(dstates + o_st, mask=m, other=0.0)
+        b_S = tl.load(states + o_st, mask=m, other=0.0)
+        tl.store(dstates + o_st, b_dS, mask=m)
+        tl.store(dk + (i_bh * NC + c) * NBLK + i_blk, tl.sum(b_dS * b_S, 0))
+        b_k = tl.exp(tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + CHUNK - 1))
+        if HAS_SEG:
+            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+            s_prev = tl.load(seg + i_b * L + tl.maximum(c * CHUNK - 1, 0), mask=c > 0, other=0)
+            b_k = tl.where(s_last == s_prev, b_k, 0.0)
+        b_dS = b_k * b_dS + b_out
+    if HAS_INIT:
+        tl.store(dinit + i_bh * PN + o, b_dS.to(dinit.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _ssd_scan_bwd_dx_kernel(
+    x,  # (batch, L, nheads, headdim)
+    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
+    dout,  # (batch, L, nheads, headdim)
+    dt,  # (batch, L, nheads) raw time step
+    dt_bias,  # (nheads,) (HAS_BIAS)
+    A,  # (nheads,)
+    Dv,  # (nheads, headdim) or (nheads,) skip (HAS_D)
+    B,  # (batch, L, ngroups, dstate)
+    C,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    dstates,  # (batch, NC, nheads, headdim, dstate) fp32 gradient of each chunk's own state
+    dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of the carries' gradients
+    dx,  # (batch, L, nheads, headdim) output, x's dtype
+    dz,  # (batch, L, nheads, headdim) output, z's dtype (HAS_Z)
+    ddt,  # (batch, L, nheads) fp32 output: gradient of the raw time step
+    dD,  # (batch, NC, nheads, headdim) fp32 output: partial sums of g x (HAS_D)
+    dA,  # (batch, nheads, NC) fp32 output: partial sums of da dt
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks
+    NBLK,  # partial sums per carry in dk
+    dt_min,  # clamp of the time step (HAS_MIN)
+    dt_max,  # (HAS_MAX)
+    SOFTPLUS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr,
+    HAS_D: tl.constexpr,
+    D_PER_HEAD: tl.constexpr,  # D is (nheads,)
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # next_pow2(NBLK)
+    PRECISION: tl.constexpr,
+):
+    """dx, dz, d(dt) and the partials of dD, dA of one chunk and head (Note [SSD Triton
+    backward], 4)."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_bh = tl.program_id(1).to(tl.int64)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    DOT = x.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_t = i_c * CHUNK + o_i
+    m_t = o_t < L
+    o_hq = i_bh * NC * CHUNK + i_c * CHUNK + o_i
+    b_cs = tl.load(cs + o_hq)
+    b_d = tl.load(dtp + o_hq)
+    cs_last = _last(b_cs, CHUNK)
+    b_w = tl.exp(b_cs)
+    b_e = tl.exp(cs_last - b_cs)
+    b_k = tl.exp(cs_last)
+    b_s = o_i  # unused without segments
+    if HAS_SEG:
+        b_s, s_prev, s_last = _segments(seg, i_b, i_c, o_t, L, CHUNK)
+        b_w = tl.where(b_s == s_prev, b_w, 0.0)
+        b_e = tl.where(b_s == s_last, b_e, 0.0)
+        b_k = tl.where(s_last == s_prev, b_k, 0.0)
+    b_decay = _decay(b_cs, b_s, CHUNK, HAS_SEG)
+    b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        o_n = n0 + tl.arange(0, BLOCK_N)
+        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        m_bc = m_t[:, None] & (o_n < N)[None, :]
+        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_cb += tl.dot(b_C, tl.trans(b_B), input_precision=PRECISION)
+    b_M = (b_cb * b_decay).to(DOT)
+    b_Mt = tl.trans(b_M)
+    o_k = tl.arange(0, BLOCK_K)
+    b_dk = tl.sum(tl.load(dk + (i_bh * NC + i_c) * NBLK + o_k, mask=o_k < NBLK, other=0.0), 0)
+    b_dcs = tl.zeros((CHUNK,), dtype=tl.float32)
+    b_tend = tl.zeros((CHUNK,), dtype=tl.float32)
+    b_ddt = tl.zeros((CHUNK,), dtype=tl.float32)
+    o_state = ((i_b * NC + i_c) * H + i_h) * P * N
+    for p0 in range(0, P, BLOCK_P):
+        o_p = p0 + tl.arange(0, BLOCK_P)
+        m_p = o_p < P
+        o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+        m_x = m_t[:, None] & m_p[None, :]
+        b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
+        b_X = b_x * b_d[:, None]
+        b_do = tl.load(dout + o_x, mask=m_x, other=0.0).to(tl.float32)
+        if HAS_Z:
+            b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+            b_sig = tl.sigmoid(b_z)
+            b_g = b_do * b_z * b_sig
+        else:
+            b_g = b_do
+        b_off = tl.zeros((CHUNK, BLOCK_P), dtype=tl.float32)
+        b_dxs = tl.zeros((CHUNK, BLOCK_P), dtype=tl.float32)
+        for n0 in range(0, N, BLOCK_N):
+            o_n = n0 + tl.arange(0, BLOCK_N)
+            m_n = o_n < N
+            o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+            m_bc = m_t[:, None] & m_n[None, :]
+            b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+            b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+            o_st = o_state + o_p[None, :] * N + o_n[:, None]  # (BLOCK_N, BLOCK_P)
+            m_st = m_n[:, None] & m_p[None, :]
+            b_St = tl.load(states + o_st, mask=m_st, other=0.0).to(DOT)
+            b_dSt = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
+            b_off += tl.dot(b_C, b_St, input_precision=PRECISION)
+            b_dxs += tl.dot(b_B, b_dSt, input_precision=PRECISION)
+        b_dxs = b_dxs * b_e[:, None]
+        b_y = b_off * b_w[:, None] + tl.dot(b_M, b_X.to(DOT), input_precision=PRECISION)
+        if HAS_D:
+            if D_PER_HEAD:
+                b_Dp = tl.load(Dv + i_h).to(tl.float32) + tl.zeros((BLOCK_P,), tl.float32)
+            else:
+                b_Dp = tl.load(Dv + i_h * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+        if HAS_Z:
+            b_yz = b_y
+            if HAS_D:
+                b_yz = b_y + b_Dp[None, :] * b_x
+            b_dz = b_do * b_yz * b_sig * (1.0 + b_z * (1.0 - b_sig))
+            tl.store(dz + o_x, b_dz.to(dz.dtype.element_ty), mask=m_x)
+        b_dX = tl.dot(b_Mt, b_g.to(DOT), input_precision=PRECISION) + b_dxs
+        b_dcs += tl.sum(b_g * b_y, 1) - tl.sum(b_X * b_dX, 1)
+        b_tend += tl.sum(b_X * b_dxs, 1)
+        b_ddt += tl.sum(b_dX * b_x, 1)
+        b_dx = b_dX * b_d[:, None]
+        if HAS_D:
+            b_dx += b_g * b_Dp[None, :]
+            o_dD = ((i_b * NC + i_c) * H + i_h) * P + o_p
+            tl.store(dD + o_dD, tl.sum(b_g * b_x, 0), mask=m_p)
+        tl.store(dx + o_x, b_dx.to(dx.dtype.element_ty), mask=m_x)
+    b_dcs += tl.where(o_i == CHUNK - 1, tl.sum(b_tend, 0) + b_dk * b_k, 0.0)
+    b_da = tl.sum(b_dcs, 0) - tl.cumsum(b_dcs, 0) + b_dcs  # reverse cumsum
+    tl.store(dA + i_bh * NC + i_c, tl.sum(b_da * b_d, 0))
+    b_dd = b_da * tl.load(A + i_h).to(tl.float32) + b_ddt
+    # through the clamp and the softplus
+    b_pre = tl.load(dt + (i_b * L + o_t) * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_pre += tl.load(dt_bias + i_h).to(tl.float32)
+    b_post = b_pre
+    if SOFTPLUS:
+        b_post = _softplus(b_pre)
+    if HAS_MIN:
+        b_dd = tl.where(b_post < dt_min, 0.0, b_dd)
+    if HAS_MAX:
+        b_dd = tl.where(b_post > dt_max, 0.0, b_dd)
+    if SOFTPLUS:
+        b_dd = tl.where(b_pre <= 20.0, b_dd * tl.sigmoid(b_pre), b_dd)
+    tl.store(ddt + (i_b * L + o_t) * H + i_h, b_dd, mask=m_t)
+
+
+@triton.jit
+def _ssd_scan_bwd_dbc_kernel(
+    x,  # (batch, L, nheads, headdim)
+    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
+    dout,  # (batch, L, nheads, headdim)
+    B,  # (batch, L, ngroups, dstate)
+    C,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    dstates,  # (batch, NC, nheads, headdim, dstate) fp32 gradient of each chunk's own state
+    dB,  # (batch, L, ngroups, dstate) output, B's dtype
+    dC,  # (batch, L, ngroups, dstate) output, C's dtype
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dB, dC of one chunk, group and dstate block, summed over the group's heads (Note [SSD
+    Triton backward], 5)."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_bg = tl.program_id(1).to(tl.int64)
+    i_n = tl.program_id(2)
+    i_b = i_bg // G
+    i_g = i_bg % G
+    HG = H // G
+    DOT = x.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_t = i_c * CHUNK + o_i
+    m_t = o_t < L
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_n = o_n < N
+    o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+    m_bc = m_t[:, None] & m_n[None, :]
+    b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+    b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+    b_s = o_i  # unused without segments
+    if HAS_SEG:
+        b_s, s_prev, s_last = _segments(seg, i_b, i_c, o_t, L, CHUNK)
+    b_dC = tl.zeros((CHUNK, BLOCK_N), dtype=tl.float32)
+    b_dB = tl.zeros((CHUNK, BLOCK_N), dtype=tl.float32)
+    b_dcb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+    for j in range(0, HG):
+        i_h = i_g * HG + j
+        o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
+        b_cs = tl.load(cs + o_hq)
+        b_d = tl.load(dtp + o_hq)
+        b_w = tl.exp(b_cs)
+        b_e = tl.exp(_last(b_cs, CHUNK) - b_cs)
+        if HAS_SEG:
+            b_w = tl.where(b_s == s_prev, b_w, 0.0)
+            b_e = tl.where(b_s == s_last, b_e, 0.0)
+        b_gx = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+        o_state = ((i_b * NC + i_c) * H + i_h) * P * N
+        for p0 in range(0, P, BLOCK_P):
+            o_p = p0 + tl.arange(0, BLOCK_P)
+            m_p = o_p < P
+            o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+            m_x = m_t[:, None] & m_p[None, :]
+            b_X = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32) * b_d[:, None]
+            b_g = tl.load(dout + o_x, mask=m_x, other=0.0).to(tl.float32)
+            if HAS_Z:
+                b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+                b_g = b_g * b_z * tl.sigmoid(b_z)
+            o_st = o_state + o_p[:, None] * N + o_n[None, :]  # (BLOCK_P, BLOCK_N)
+            m_st = m_p[:, None] & m_n[None, :]
+            b_S = tl.load(states + o_st, mask=m_st, other=0.0).to(DOT)
+            b_dS = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
+            b_gd = b_g.to(DOT)
+            b_Xd = b_X.to(DOT)
+            b_dC += tl.dot((b_g * b_w[:, None]).to(DOT), b_S, input_precision=PRECISION)
+            b_dB += tl.dot((b_X * b_e[:, None]).to(DOT), b_dS, input_precision=PRECISION)
+            b_gx += tl.dot(b_gd, tl.trans(b_Xd), input_precision=PRECISION)
+        b_dcb += b_gx * _decay(b_cs, b_s, CHUNK, HAS_SEG)
+    b_dcbd = b_dcb.to(DOT)
+    b_dC += tl.dot(b_dcbd, b_B, input_precision=PRECISION)
+    b_dB += tl.dot(tl.trans(b_dcbd), b_C, input_precision=PRECISION)
+    tl.store(dC + o_bc, b_dC.to(dC.dtype.element_ty), mask=m_bc)
+    tl.store(dB + o_bc, b_dB.to(dB.dtype.element_ty), mask=m_bc)
+
+
+# --- launchers ------------------------------------------------------------------------------------
+
+
+def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.contiguous() if t is not None else None
+
+
+def launch(
+    dout: torch.Tensor,
+    dfinal_states: torch.Tensor | None,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+    dx: torch.Tensor,
+    ddt: torch.Tensor,
+    dA: torch.Tensor,
+    dB: torch.Tensor,
+    dC: torch.Tensor,
+    optional: list[torch.Tensor],
+    plan: SSDPlan | None = None,
+) -> None:
+    """Run the backward into the preallocated gradients (``shapes.empty_backward_outputs``:
+    dx, ddt, dA, dB, dC and ``optional`` = [dD, dz, ddt_bias, dinitial_states for those given])
+    by ``plan`` (the planner's if None)."""
+    grads = dict(zip(("x", "dt", "A", "B", "C"), (dx, ddt, dA, dB, dC)))
+    given = [k for k, t in (("D", D), ("z", z), ("dt_bias", dt_bias),
+                            ("initial_states", initial_states)) if t is not None]  # fmt: skip
+    grads.update(zip(given, optional))
+    if x.dtype == torch.float64:
+        _launch_host(dout, dfinal_states, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx,
+                     dt_softplus, dt_min, dt_max, grads)  # fmt: skip
+        return
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"ssmscan ssd_scan Triton kernels take float32/16, bfloat16 or float64 x; got {x.dtype}"
+        )
+    plan = plan if plan is not None else plan_for(x, B)
+    batch, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    if L == 0 or batch == 0:
+        for k, t in grads.items():
+            if k == "initial_states" and dfinal_states is not None:
+                t.copy_(dfinal_states)
+            else:
+                t.zero_()
+        return
+    x, dt, B, C, z, dout = (_contiguous(t) for t in (x, dt, B, C, z, dout))
+    dfinal = _contiguous(dfinal_states)
+    init = _contiguous(initial_states)
+    seg = segment_ids(seq_idx) if seq_idx is not None else None
+    opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
+    f32, dev = torch.float32, x.device
+    final = torch.empty((batch, H, P, N), dtype=f32, device=dev)
+    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan)
+    NC = states.shape[1]
+    Q = plan.chunk
+    dstates = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
+    chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan)
+    nblk = cdiv(P * N, plan.pass_block)
+    dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
+    launcher(_ssd_scan_bwd_pass_kernel)[(batch * H, nblk)](
+        dstates, states, dfinal, grads.get("initial_states"), dk, cs, seg, L, H, P * N, NC, nblk,
+        HAS_DFINAL=dfinal is not None, HAS_INIT=init is not None, HAS_SEG=seg is not None,
+        CHUNK=Q, BLOCK=plan.pass_block, num_warps=plan.warps_pass,
+    )  # fmt: skip
+    ddt32 = torch.empty((batch, L, H), dtype=f32, device=dev)
+    dD = torch.empty((batch, NC, H, P), dtype=f32, device=dev) if D is not None else None
+    dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)
+    prec = precision(plan, x.dtype)
+    block_n = min(plan.block_n, 64)
+    launcher(_ssd_scan_bwd_dx_kernel)[(NC, batch * H)](
+        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk,
+        dx, grads.get("z"), ddt32, dD, dA32, L, H, P, G, N, NC, nblk,
+        opts["dt_min"], opts["dt_max"], SOFTPLUS=opts["SOFTPLUS"], HAS_BIAS=opts["HAS_BIAS"],
+        HAS_MIN=opts["HAS_MIN"], HAS_MAX=opts["HAS_MAX"], HAS_D=D is not None,
+        D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
+        HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p, BLOCK_N=block_n,
+        BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec, num_warps=plan.warps_dx,
+        num_stages=plan.stages,
+    )  # fmt: skip
+    launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G, cdiv(N, block_n))](
+        x, z, dout, B, C, seg, dtp, cs, states, dstates, dB, dC, L, H, P, G, N, NC,
+        HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p,
+        BLOCK_N=block_n, PRECISION=prec, num_warps=plan.warps_dbc, num_stages=plan.stages,
+    )  # fmt: skip
+    dA.copy_(dA32.sum(dim=(0, 2)))
+    ddt.copy_(ddt32)
+    if dD is not None and D is not None:
+        dDs = dD.sum(dim=(0, 1))
+        grads["D"].copy_(dDs if D.dim() == 2 else dDs.sum(-1))
+    if dt_bias is not None:
+        grads["dt_bias"].copy_(ddt32.sum(dim=(0, 1)))
+
+
+def _launch_host(*args: object) -> None:
+    """float64: the CPU kernel on host copies (correct, not fast)."""
+    from ssmscan.ops.ssd_scan import cpu
+
+    *ins, grads = args
+    host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in ins]
+    res = cpu.ssd_backward(*host, 64)  # type: ignore[arg-type]
+    for k, t in grads.items():  # type: ignore[attr-defined]
+        t.copy_(res[k])
+
+
+def backward(
+    dout: torch.Tensor,
+    dfinal_states: torch.Tensor | None,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
+]:
+    """(dx, ddt, dA, dB, dC, [dD, dz, ddt_bias, dinitial_states for those given]), fresh
+    (``shapes.empty_backward_outputs``), from the kernels."""
+    dx, ddt, dA, dB, dC, optional = empty_backward_outputs(
+        x, dt, A, B, C, D, z, dt_bias, initial_states
+    )
+    launch(dout, dfinal_states, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx,
+           dt_softplus, dt_min, dt_max, dx, ddt, dA, dB, dC, optional)  # fmt: skip
+    return dx, ddt, dA, dB, dC, optional

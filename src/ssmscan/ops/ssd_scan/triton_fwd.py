@@ -1,0 +1,499 @@
+"""Triton kernels of ``ssmscan::ssd_scan_fwd`` (CUDA), and their launcher.
+
+Note [SSD Triton forward]: the chunked form of README.md's Note [SSD chunked form] in three
+launches, every matmul a ``tl.dot`` with float32 accumulation:
+
+1. ``_ssd_scan_fwd_state_kernel``, one program per (chunk, batch x head, headdim block x dstate
+   block): the time step (bias, softplus, clamp; 0 past L), its cumulative log-decay
+   ``cs = cumsum(dt A)`` within the chunk (both written once per chunk and head for the other
+   kernels), and the chunk's own end state ``(e ∘ dt x)ᵀ B``, (headdim, Q) @ (Q, dstate), with
+   ``e_j = exp(cs_last - cs_j)`` masked to the chunk's last sequence.
+2. ``_ssd_scan_fwd_pass_kernel``, one program per (batch x head, block of the (headdim, dstate)
+   state): the loop over chunks ``S_{c+1} = k_c S_c + local_c`` with ``k_c = exp(cs_last)``
+   (0 where a sequence starts inside the chunk), writing the state entering each chunk over the
+   chunk's own state (in place) and the final state.
+3. ``_ssd_scan_fwd_out_kernel``, one program per (chunk, batch x head, headdim block): ``C Bᵀ``
+   and ``C Sᵀ`` in one loop over dstate, then ``y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ C Sᵀ``,
+   the skip ``D x`` and the gate ``silu(z)``, written in x's dtype.
+
+Operands of the matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to it for
+16-bit inputs, as in mamba-ssm); float32 operands at the plan's ``precision``. The states are
+float32 (b, chunks, nheads, headdim, dstate). Packed sequences (``seq_idx``) enter as segment ids
+(``common.segment_ids``) and become the 0/1 masks of the Note. float64 runs the CPU kernel on
+host copies (correct, not fast).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.ssd_scan.common import segment_ids
+from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
+from ssmscan.ops.ssd_scan.shapes import empty_forward_outputs
+
+# --- helpers shared with the backward -----------------------------------------------------------
+
+
+@triton.jit
+def _softplus(x):
+    """log(1 + exp(x)), x above 20 passed through (PyTorch's threshold); log1p by Kahan's
+    correction (no libdevice: the interpreter runs it too)."""
+    y = tl.exp(tl.minimum(x, 20.0))
+    u = 1.0 + y
+    lp = tl.where(u == 1.0, y, tl.log(u) * (y / tl.where(u == 1.0, 1.0, u - 1.0)))
+    return tl.where(x > 20.0, x, lp)
+
+
+@triton.jit
+def _time_step(
+    p_dt,  # pointers to the raw time steps of a chunk (CHUNK,)
+    m_t,  # (CHUNK,) steps inside L
+    p_bias,  # pointer to dt_bias[h]
+    dt_min,  # clamp (HAS_MIN)
+    dt_max,  # clamp (HAS_MAX)
+    SOFTPLUS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr,
+):
+    """clamp(softplus(dt + dt_bias), dt_min, dt_max) in float32, 0 past L."""
+    b_d = tl.load(p_dt, mask=m_t, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_d += tl.load(p_bias).to(tl.float32)
+    if SOFTPLUS:
+        b_d = _softplus(b_d)
+    if HAS_MIN:
+        b_d = tl.maximum(b_d, dt_min)
+    if HAS_MAX:
+        b_d = tl.minimum(b_d, dt_max)
+    return tl.where(m_t, b_d, 0.0)
+
+
+@triton.jit
+def _segments(seg, i_b, i_c, o_t, L, CHUNK: tl.constexpr):
+    """(segment of each step (padding continues the last), of the step before the chunk (0 before
+    the first), of the chunk's last step)."""
+    b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
+    s_prev = tl.load(seg + i_b * L + tl.maximum(i_c * CHUNK - 1, 0), mask=i_c > 0, other=0)
+    s_last = tl.load(seg + i_b * L + tl.minimum(i_c * CHUNK + CHUNK - 1, L - 1))
+    return b_s, s_prev, s_last
+
+
+@triton.jit
+def _decay(b_cs, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
+    """(CHUNK, CHUNK) exp(cs_i - cs_j) where j <= i (in one sequence), else 0; the exponent is
+    masked first, so nothing overflows."""
+    o_i = tl.arange(0, CHUNK)
+    keep = o_i[:, None] >= o_i[None, :]
+    if HAS_SEG:
+        keep = keep & (b_s[:, None] == b_s[None, :])
+    return tl.exp(tl.where(keep, b_cs[:, None] - b_cs[None, :], float("-inf")))
+
+
+@triton.jit
+def _last(b, CHUNK: tl.constexpr):
+    """The last element of a (CHUNK,) block."""
+    return tl.sum(tl.where(tl.arange(0, CHUNK) == CHUNK - 1, b, 0.0), 0)
+
+
+# --- kernels --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _ssd_scan_fwd_state_kernel(
+    v,  # (batch, L, nheads, headdim): x (END) or dout (not END)
+    z,  # (batch, L, nheads, headdim) gate, read when not END and HAS_Z
+    dt,  # (batch, L, nheads) raw time step (END)
+    dt_bias,  # (nheads,) (END, HAS_BIAS)
+    A,  # (nheads,)
+    u,  # (batch, L, ngroups, dstate): B (END) or C (not END)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    dtp,  # (batch, nheads, NC * CHUNK) fp32 time step, 0 past L; written (END, WRITE_DT)
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk; written or read
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 output
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks, cdiv(L, CHUNK)
+    dt_min,  # clamp of the time step (HAS_MIN)
+    dt_max,  # (HAS_MAX)
+    END: tl.constexpr,  # the chunk's own end state of x through B; else the read-out gradient
+    WRITE_DT: tl.constexpr,  # write dtp and cs (END)
+    SOFTPLUS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,  # tl.dot input precision of float32 operands
+):
+    """END: states[c] = sum_j e_j dt_j x_j B_jᵀ (Note [SSD Triton forward], 1). Not END (the
+    backward's Note [SSD Triton backward], 2): states[c] = sum_j w_j g_j C_jᵀ with
+    w_j = exp(cs_j) masked to the sequence entering the chunk and g = dout silu(z)."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_bh = tl.program_id(1).to(tl.int64)
+    i_pn = tl.program_id(2)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    n_nb = tl.cdiv(N, BLOCK_N)
+    o_i = tl.arange(0, CHUNK)
+    o_t = i_c * CHUNK + o_i
+    m_t = o_t < L
+    o_p = (i_pn // n_nb) * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = (i_pn % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
+    if HAS_SEG:
+        b_s, s_prev, s_last = _segments(seg, i_b, i_c, o_t, L, CHUNK)
+    if END:
+        b_d = _time_step(dt + (i_b * L + o_t) * H + i_h, m_t, dt_bias + i_h, dt_min, dt_max,
+                         SOFTPLUS, HAS_BIAS, HAS_MIN, HAS_MAX)  # fmt: skip
+        b_cs = tl.cumsum(b_d * tl.load(A + i_h).to(tl.float32), 0)
+        if WRITE_DT:
+            if i_pn == 0:
+                tl.store(dtp + o_hq, b_d)
+                tl.store(cs + o_hq, b_cs)
+        b_coef = b_d * tl.exp(_last(b_cs, CHUNK) - b_cs)
+        if HAS_SEG:
+            b_coef = tl.where(b_s == s_last, b_coef, 0.0)
+    else:
+        b_coef = tl.exp(tl.load(cs + o_hq))
+        if HAS_SEG:
+            b_coef = tl.where(b_s == s_prev, b_coef, 0.0)
+    # (BLOCK_P, CHUNK): v transposed, scaled by the step's coefficient
+    o_v = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
+    m_v = m_p[:, None] & m_t[None, :]
+    b_v = tl.load(v + o_v, mask=m_v, other=0.0).to(tl.float32)
+    if not END:
+        if HAS_Z:
+            b_z = tl.load(z + o_v, mask=m_v, other=0.0).to(tl.float32)
+            b_v = b_v * b_z * tl.sigmoid(b_z)
+    b_v = (b_v * b_coef[None, :]).to(v.dtype.element_ty)
+    o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+    b_u = tl.load(u + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(v.dtype.element_ty)
+    b_acc = tl.dot(b_v, b_u, input_precision=PRECISION)
+    o_st = (((i_b * NC + i_c) * H + i_h) * P + o_p[:, None]) * N + o_n[None, :]
+    tl.store(states + o_st, b_acc, mask=m_p[:, None] & m_n[None, :])
+
+
+@triton.jit
+def _ssd_scan_fwd_pass_kernel(
+    states,  # (batch, NC, nheads, headdim, dstate) fp32: each chunk's own state in, the state
+    # entering each chunk out
+    init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
+    final,  # (batch, nheads, headdim, dstate) fp32 output
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    L,  # time steps
+    H,  # nheads
+    PN,  # headdim * dstate
+    NC,  # chunks
+    HAS_INIT: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK: tl.constexpr,  # state elements per program
+):
+    """S_0 = init, S_{c+1} = k_c S_c + local_c (Note [SSD Triton forward], 2)."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_blk = tl.program_id(1).to(tl.int64)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    o = i_blk * BLOCK + tl.arange(0, BLOCK)
+    m = o < PN
+    if HAS_INIT:
+        b_S = tl.load(init + i_bh * PN + o, mask=m, other=0.0).to(tl.float32)
+    else:
+        b_S = tl.zeros((BLOCK,), dtype=tl.float32)
+    s_prev = tl.full((), 0, tl.int64)
+    for c in range(0, NC):
+        p_st = states + ((i_b * NC + c) * H + i_h) * PN + o
+        b_loc = tl.load(p_st, mask=m, other=0.0)
+        tl.store(p_st, b_S, mask=m)
+        b_k = tl.exp(tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + CHUNK - 1))
+        if HAS_SEG:
+            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+            b_k = tl.where(s_last == s_prev, b_k, 0.0)
+            s_prev = s_last
+        b_S = b_k * b_S + b_loc
+    tl.store(final + i_bh * PN + o, b_S, mask=m)
+
+
+@triton.jit
+def _ssd_scan_fwd_out_kernel(
+    x,  # (batch, L, nheads, headdim)
+    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
+    Dv,  # (nheads, headdim) or (nheads,) skip (HAS_D)
+    B,  # (batch, L, ngroups, dstate)
+    C,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    out,  # (batch, L, nheads, headdim) output, x's dtype
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks
+    HAS_D: tl.constexpr,
+    D_PER_HEAD: tl.constexpr,  # D is (nheads,)
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x, out = y silu(z) (Note [SSD Triton
+    forward], 3)."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_bh = tl.program_id(1).to(tl.int64)
+    i_p = tl.program_id(2)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    DOT = x.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_t = i_c * CHUNK + o_i
+    m_t = o_t < L
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    m_p = o_p < P
+    o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
+    b_cs = tl.load(cs + o_hq)
+    b_d = tl.load(dtp + o_hq)
+    b_w = tl.exp(b_cs)
+    b_s = o_i  # unused without segments
+    if HAS_SEG:
+        b_s, s_prev, _ = _segments(seg, i_b, i_c, o_t, L, CHUNK)
+        b_w = tl.where(b_s == s_prev, b_w, 0.0)
+    b_decay = _decay(b_cs, b_s, CHUNK, HAS_SEG)
+    b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+    b_off = tl.zeros((CHUNK, BLOCK_P), dtype=tl.float32)
+    p_state = states + ((i_b * NC + i_c) * H + i_h) * P * N
+    for n0 in range(0, N, BLOCK_N):
+        o_n = n0 + tl.arange(0, BLOCK_N)
+        m_n = o_n < N
+        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        m_bc = m_t[:, None] & m_n[None, :]
+        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_St = tl.load(p_state + o_p[None, :] * N + o_n[:, None],
+                       mask=m_n[:, None] & m_p[None, :], other=0.0).to(DOT)  # fmt: skip
+        b_cb += tl.dot(b_C, tl.trans(b_B), input_precision=PRECISION)
+        b_off += tl.dot(b_C, b_St, input_precision=PRECISION)
+    o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+    m_x = m_t[:, None] & m_p[None, :]
+    b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
+    b_X = (b_x * b_d[:, None]).to(DOT)
+    b_M = (b_cb * b_decay).to(DOT)
+    b_y = b_off * b_w[:, None] + tl.dot(b_M, b_X, input_precision=PRECISION)
+    if HAS_D:
+        if D_PER_HEAD:
+            b_y += tl.load(Dv + i_h).to(tl.float32) * b_x
+        else:
+            b_y += tl.load(Dv + i_h * P + o_p, mask=m_p, other=0.0).to(tl.float32)[None, :] * b_x
+    if HAS_Z:
+        b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+        b_y = b_y * b_z * tl.sigmoid(b_z)
+    tl.store(out + o_x, b_y.to(out.dtype.element_ty), mask=m_x)
+
+
+# --- launchers ------------------------------------------------------------------------------------
+
+
+def dt_flags(dt_softplus: bool, dt_bias: torch.Tensor | None, dt_min: float, dt_max: float) -> dict:
+    """The time-step constexprs and the clamp's float arguments (an infinite bound is no clamp:
+    no infinite literal reaches a kernel's arguments)."""
+    has_min, has_max = dt_min != float("-inf"), dt_max != float("inf")
+    return dict(
+        dt_min=float(dt_min) if has_min else 0.0,
+        dt_max=float(dt_max) if has_max else 0.0,
+        SOFTPLUS=bool(dt_softplus),
+        HAS_BIAS=dt_bias is not None,
+        HAS_MIN=has_min,
+        HAS_MAX=has_max,
+    )
+
+
+def chunk_states(
+    v: torch.Tensor,
+    z: torch.Tensor | None,
+    dt: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    A: torch.Tensor,
+    u: torch.Tensor,
+    seg: torch.Tensor | None,
+    dtp: torch.Tensor,
+    cs: torch.Tensor,
+    states: torch.Tensor,
+    end: bool,
+    dt_opts: dict,
+    plan: SSDPlan,
+) -> None:
+    """Launch ``_ssd_scan_fwd_state_kernel`` over every chunk, head and state block (contiguous
+    operands; ``end``: the forward's chunk states, writing dtp and cs)."""
+    batch, L, H, P = v.shape
+    G, N = u.shape[2], u.shape[3]
+    NC = states.shape[1]
+    grid = (NC, batch * H, cdiv(P, plan.block_p) * cdiv(N, plan.block_n))
+    launcher(_ssd_scan_fwd_state_kernel)[grid](
+        v, z, dt, dt_bias, A, u, seg, dtp, cs, states, L, H, P, G, N, NC, **dt_opts,
+        END=end, WRITE_DT=end, HAS_Z=z is not None, HAS_SEG=seg is not None,
+        CHUNK=plan.chunk, BLOCK_P=plan.block_p, BLOCK_N=plan.block_n,
+        PRECISION=precision(plan, v.dtype), num_warps=plan.warps_state,
+    )  # fmt: skip
+
+
+def precision(plan: SSDPlan, dtype: torch.dtype) -> str:
+    """The ``tl.dot`` input precision of operands of ``dtype``: the plan's for float32."""
+    return plan.precision if dtype == torch.float32 else "tf32"
+
+
+def pass_states(
+    states: torch.Tensor,
+    init: torch.Tensor | None,
+    final: torch.Tensor,
+    cs: torch.Tensor,
+    seg: torch.Tensor | None,
+    L: int,
+    plan: SSDPlan,
+) -> None:
+    """Launch ``_ssd_scan_fwd_pass_kernel``: ``states`` (each chunk's own state) becomes the state
+    entering each chunk; ``final`` the state after the last."""
+    batch, NC, H, P, N = states.shape
+    grid = (batch * H, cdiv(P * N, plan.pass_block))
+    launcher(_ssd_scan_fwd_pass_kernel)[grid](
+        states, init, final, cs, seg, L, H, P * N, NC,
+        HAS_INIT=init is not None, HAS_SEG=seg is not None, CHUNK=plan.chunk,
+        BLOCK=plan.pass_block, num_warps=plan.warps_pass,
+    )  # fmt: skip
+
+
+def recompute_states(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    init: torch.Tensor | None,
+    seg: torch.Tensor | None,
+    final: torch.Tensor,
+    dt_opts: dict,
+    plan: SSDPlan,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps 1 and 2 of Note [SSD Triton forward] on contiguous operands: (dtp, cs, states
+    entering each chunk); ``final`` written."""
+    batch, L, H, P = x.shape
+    N = B.shape[3]
+    Q = plan.chunk
+    NC = cdiv(L, Q)
+    f32, dev = torch.float32, x.device
+    dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
+    cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
+    states = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
+    chunk_states(x, None, dt, dt_bias, A, B, seg, dtp, cs, states, True, dt_opts, plan)
+    pass_states(states, init, final, cs, seg, L, plan)
+    return dtp, cs, states
+
+
+def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.contiguous() if t is not None else None
+
+
+def launch(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+    out: torch.Tensor,
+    final_states: torch.Tensor,
+    plan: SSDPlan | None = None,
+) -> None:
+    """Run the forward into the preallocated ``out`` and ``final_states``
+    (``shapes.empty_forward_outputs``) by ``plan`` (the planner's if None). Inputs may have any
+    strides (non-contiguous ones are copied)."""
+    if x.dtype == torch.float64:
+        _launch_host(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
+                     dt_min, dt_max, out, final_states)  # fmt: skip
+        return
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"ssmscan ssd_scan Triton kernels take float32/16, bfloat16 or float64 x; got {x.dtype}"
+        )
+    plan = plan if plan is not None else plan_for(x, B)
+    batch, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    if L == 0 or batch == 0:
+        if initial_states is not None:
+            final_states.copy_(initial_states)
+        else:
+            final_states.zero_()
+        return
+    x, dt, B, C, z = (_contiguous(t) for t in (x, dt, B, C, z))
+    seg = segment_ids(seq_idx) if seq_idx is not None else None
+    init = _contiguous(initial_states)
+    opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
+    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan)
+    NC = states.shape[1]
+    grid = (NC, batch * H, cdiv(P, plan.block_p))
+    launcher(_ssd_scan_fwd_out_kernel)[grid](
+        x, z, D, B, C, seg, dtp, cs, states, out, L, H, P, G, N, NC,
+        HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
+        HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.block_p,
+        BLOCK_N=min(plan.block_n, 64), PRECISION=precision(plan, x.dtype),
+        num_warps=plan.warps_out, num_stages=plan.stages,
+    )  # fmt: skip
+
+
+def _launch_host(*args: object) -> None:
+    """float64: no Triton path; the CPU kernel on host copies (correct, not fast)."""
+    from ssmscan.ops.ssd_scan import cpu
+
+    *ins, out, final_states = args
+    host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in ins]
+    res = cpu.ssd_forward(*host, 64)  # type: ignore[arg-type]
+    out.copy_(res[0])
+    final_states.copy_(res[1])
+
+
+def forward(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    initial_states: torch.Tensor | None,
+    seq_idx: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_min: float,
+    dt_max: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, final_states), fresh (``shapes.empty_forward_outputs``), from the kernels."""
+    out, final = empty_forward_outputs(x, B)
+    launch(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max,
+           out, final)  # fmt: skip
+    return out, final
