@@ -55,6 +55,7 @@ def export(
     opset: int | None = None,
     dynamic_batch: bool | None = None,
     stateful: bool = False,
+    onnx_linear_attention: bool = False,
 ) -> ExportResult:
     """Export ``model`` for ``target`` and return the artifact, a runner and a report.
 
@@ -84,6 +85,11 @@ def export(
             ``(input_ids, conv_state_0.., ssm_state_0..) -> (logits, next_conv_state_0..,
             next_ssm_state_0..)`` to continue from a previous call (zero states when the example
             inputs carry none). Without it a ``MambaLM`` exports as ``input_ids -> logits``.
+        onnx_linear_attention: target ``"onnx"`` only: each Mamba-2 SSD scan
+            (``ssmscan.ssd_scan``) becomes one ONNX ``LinearAttention`` node (opset 27,
+            ``update_rule="gated"``: q = C, k = B, v = dt*x, decay = dt*A per head) instead of
+            a ``Scan`` loop; ``opset`` defaults to 27. Raises ``ValueError`` for what the
+            operator cannot express (``seq_idx``, float64) and for a model without an SSD scan.
 
     The artifact takes and returns plain tensors: any other model's outputs are flattened to
     their tensor leaves (named ``output``, or ``output_<path>`` for several), so it loads where
@@ -132,6 +138,11 @@ def export(
             f"target {target!r} exports a static batch; dynamic_batch=True applies to "
             f"{', '.join(_DYNAMIC_BATCH_TARGETS)}"
         )
+    if onnx_linear_attention and target != "onnx":
+        raise ValueError(
+            f"onnx_linear_attention=True applies to target 'onnx' (an ONNX LinearAttention "
+            f"node); got target {target!r}"
+        )
     with quiet_known_noise():
         return _export(
             model,
@@ -144,6 +155,7 @@ def export(
             opset,
             dynamic_batch,
             stateful,
+            onnx_linear_attention,
         )
 
 
@@ -158,6 +170,7 @@ def _export(
     opset: int | None,
     dynamic_batch: bool,
     stateful: bool,
+    onnx_linear_attention: bool,
 ) -> ExportResult:
     if target == "export" and realization is not None:
         raise ValueError(
@@ -187,7 +200,9 @@ def _export(
     if target == "onnx":
         from . import onnx
 
-        return onnx.build(prepared, path, realization, algorithm, opset, dynamic)
+        return onnx.build(
+            prepared, path, realization, algorithm, opset, dynamic, onnx_linear_attention
+        )
     if target == "aoti":
         from . import aoti
 

@@ -5,6 +5,10 @@ The loop realization becomes an ONNX ``Scan`` and keeps a dynamic length; the pa
 plain aten at a static length. On 2 CPU cores at batch 1, dim 128, N 16, L 1024 the loop ran in
 ONNX Runtime in 10.7 ms and the parallel form in 21 ms (``passes/decompose_selective_scan.py``),
 hence the default.
+
+With ``linear_attention=True`` each Mamba-2 SSD scan (``ssmscan::ssd_scan_fwd``) becomes one ONNX
+``LinearAttention`` node (opset 27, ``update_rule="gated"``; :mod:`._linear_attention`) instead of
+a ``Scan``; the other scans keep their realization.
 """
 
 from __future__ import annotations
@@ -79,9 +83,21 @@ def build(
     algorithm: str,
     opset: int | None,
     dynamic: bool,
+    linear_attention: bool = False,
 ) -> ExportResult:
     ort = _require_onnx()
     realization = realization or "loop"
+    if linear_attention:
+        from . import _linear_attention as la
+
+        if opset is None:
+            opset = la.LINEAR_ATTENTION_OPSET
+        elif opset < la.LINEAR_ATTENTION_OPSET:
+            raise ValueError(
+                f"onnx_linear_attention=True needs opset >= {la.LINEAR_ATTENTION_OPSET} "
+                f"(LinearAttention is an opset-{la.LINEAR_ATTENTION_OPSET} operator); got "
+                f"opset={opset}"
+            )
     if realization == "parallel" and dynamic:
         raise ValueError(
             "target 'onnx' with realization='parallel' needs static shapes (the parallel scan is "
@@ -91,6 +107,17 @@ def build(
     report = ExportReport("onnx")
     ep = export_prepared(prepared, report)
     signature = prepared.signature(ep, torch.device("cpu"))
+    table = None
+    if linear_attention:
+        with report.stage("linear attention"), torch.no_grad():
+            notes = la.rewrite_ssd_scan(ep)
+        if not notes:
+            raise ValueError(
+                "onnx_linear_attention=True applies to models that call ssmscan.ssd_scan "
+                "(Mamba-2); this model has no ssd_scan node"
+            )
+        report.notes.extend(notes)
+        table = la.translation_table()
     lower_for_loop_backends(ep, realization, algorithm, report)
     report.census(ep)
     with report.stage("onnx"):
@@ -101,9 +128,12 @@ def build(
             verbose=False,
             input_names=signature.input_names,
             output_names=signature.output_names,
+            custom_translation_table=table,
         )
     if onnx_program is None:  # only the legacy (dynamo=False) exporter returns None
         raise RuntimeError("torch.onnx.export(dynamo=True) returned no ONNXProgram")
+    if linear_attention:
+        la.finalize(onnx_program.model)
     _name_dims(onnx_program, signature, ep)
     temp_dir = None
     if path is None:
