@@ -3,6 +3,9 @@
 - ``ssmscan.integrations.transformers``: ``use_ssmscan(model)`` runs a Hugging Face transformers
   SSM model (the Mamba, FalconMamba, Jamba and Zamba families) on ssmscan ops (needs the ``hf``
   extra).
+- ``ssmscan.integrations.mamba_ssm``: mamba-ssm's ``selective_scan_fn``,
+  ``mamba_chunk_scan_combined`` and ``selective_state_update`` with their exact signatures, on
+  ssmscan ops (change one import).
 
 Importing this package imports none of them.
 """
