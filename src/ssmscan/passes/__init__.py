@@ -8,7 +8,13 @@ from .decompose_selective_scan import decompose_selective_scan
 from .explain import Explanation, explain
 from .lower_associative_scan import lower_associative_scan
 from .lower_scan import lower_scan
-from .pipelines import LOOP_BACKEND_PIPELINE, TENSORRT_PIPELINE, run_pipeline
+from .pipelines import (
+    LOOP_BACKEND_PIPELINE,
+    LOOP_REALIZATION_PIPELINE,
+    PARALLEL_REALIZATION_PIPELINE,
+    TENSORRT_PIPELINE,
+    run_pipeline,
+)
 from .tensorrt_ready import (
     BANNED_FACTORIES,
     TensorRTReadiness,
@@ -19,6 +25,8 @@ from .tensorrt_ready import (
 __all__ = [
     "BANNED_FACTORIES",
     "LOOP_BACKEND_PIPELINE",
+    "LOOP_REALIZATION_PIPELINE",
+    "PARALLEL_REALIZATION_PIPELINE",
     "TENSORRT_PIPELINE",
     "Decision",
     "Explanation",
