@@ -162,22 +162,34 @@ class MambaLM(nn.Module):
             >>> out.shape
             torch.Size([1, 7])
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0; got {max_new_tokens}")
-        if temperature is not None and temperature < 0:
-            raise ValueError(f"temperature must be None or >= 0; got {temperature}")
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be None or >= 1; got {top_k}")
-        tokens = [input_ids]
-        if max_new_tokens == 0:
-            return input_ids
-        logits, state = self(input_ids)
-        for i in range(max_new_tokens):
-            next_ids = _pick(logits[:, -1].float(), temperature, top_k, generator)
-            tokens.append(next_ids)
-            if i + 1 < max_new_tokens:
-                logits, state = self(next_ids, state)
-        return torch.cat(tokens, dim=1)
+        return _generate(self, input_ids, max_new_tokens, temperature, top_k, generator)
+
+
+def _generate(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float | None,
+    top_k: int | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """``generate`` for any LM whose ``model(ids, state)`` returns ``(logits, state)``."""
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0; got {max_new_tokens}")
+    if temperature is not None and temperature < 0:
+        raise ValueError(f"temperature must be None or >= 0; got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be None or >= 1; got {top_k}")
+    tokens = [input_ids]
+    if max_new_tokens == 0:
+        return input_ids
+    logits, state = model(input_ids)
+    for i in range(max_new_tokens):
+        next_ids = _pick(logits[:, -1].float(), temperature, top_k, generator)
+        tokens.append(next_ids)
+        if i + 1 < max_new_tokens:
+            logits, state = model(next_ids, state)
+    return torch.cat(tokens, dim=1)
 
 
 def _pick(

@@ -1,4 +1,4 @@
-"""``MambaState``: the recurrent state a Mamba LM carries from one call to the next.
+"""``MambaState``: the recurrent state a Mamba-1 or Mamba-2 LM carries from one call to the next.
 
 Representation: a frozen dataclass of two tuples of plain tensors (one entry per layer),
 registered as a pytree node with ``torch.export.register_dataclass``. Pytree registration is what
@@ -21,10 +21,12 @@ class MambaState:
     """Per-layer conv and SSM states of a Mamba LM after the tokens seen so far.
 
     Args:
-        conv_states: one (batch, d_inner, d_conv) tensor per layer, in the model's dtype: the last
-            ``d_conv`` inputs of the causal convolution (left zero-padded while fewer were seen).
-        ssm_states: one (batch, d_inner, d_state) float32 tensor per layer (float64 for float64
-            models): the selective scan's state h after the last token.
+        conv_states: one tensor per layer in the model's dtype, (batch, d_inner, d_conv) for
+            Mamba-1 and (batch, conv_dim, d_conv) for Mamba-2: the last ``d_conv`` inputs of the
+            causal convolution (left zero-padded while fewer were seen).
+        ssm_states: one float32 tensor per layer (float64 for float64 models), (batch, d_inner,
+            d_state) for Mamba-1 and (batch, nheads, headdim, d_state) for Mamba-2: the scan's
+            state h after the last token.
 
     Example:
         >>> import torch
