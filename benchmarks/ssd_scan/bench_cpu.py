@@ -259,22 +259,69 @@ def _tf525_mamba2_chunk_scan(
     return output
 
 
-def transformers_variant(chunk):
+def _transformers_chunk_scan():
     """transformers' pure-PyTorch SSD: the installed one when it is 5.25, else the copy above."""
     import transformers
 
     if transformers.__version__ == "5.25.0":
         from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
-    else:
-        mamba2_chunk_scan = _tf525_mamba2_chunk_scan
+
+        return mamba2_chunk_scan
+    return _tf525_mamba2_chunk_scan
+
+
+def model_chunk_size():
+    """The chunk size ``Mamba2Mixer`` runs with: ``Mamba2Config``'s default (mamba2-130m's too)."""
+    from transformers import Mamba2Config
+
+    return Mamba2Config().chunk_size
+
+
+def transformers_variant(chunk):
+    """The SSD part of transformers' ``Mamba2Mixer.forward`` on CPU: ``mamba2_scan_forward``'s call
+    of ``mamba2_chunk_scan`` for a prefill that fills a cache (D, dt_bias, softplus, the default
+    time-step limit, z None: the mixer gates in its norm, not in the scan; final state returned).
+    ``check_transformers_mixer`` shows it is the mixer's path, output for output."""
+    chunk_scan = _transformers_chunk_scan()
 
     def run(x, dt, A, B, C, D, dt_bias):
-        return mamba2_chunk_scan(
-            x, dt, A, B, C, chunk_size=chunk, D=D, dt_bias=dt_bias, dt_softplus=True,
-            return_final_states=True,
+        return chunk_scan(
+            x, dt, A, B, C, chunk_size=chunk, D=D, z=None, return_final_states=True,
+            dt_bias=dt_bias, dt_softplus=True, initial_states=None, dt_limit=(0.0, float("inf")),
         )  # fmt: skip
 
     return run
+
+
+def check_transformers_mixer(kw):
+    """``transformers_variant(model_chunk_size())`` equals what ``Mamba2Mixer`` itself runs
+    (``mamba2_scan_forward`` of a mixer built from ``Mamba2Config`` holding these A, D, dt_bias),
+    bit for bit: the anchor is the mixer's SSD path, not a retuned one."""
+    import transformers
+    from transformers import Mamba2Config
+    from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer, mamba2_scan_forward
+
+    if transformers.__version__ != "5.25.0":
+        print(f"  (transformers {transformers.__version__}: the mixer check needs 5.25)")
+        return True
+    b, L, H, P = kw["x"].shape
+    N = kw["B"].shape[-1]
+    cfg = Mamba2Config(num_heads=H, head_dim=P, hidden_size=H * P // 2, expand=2, state_size=N,
+                       n_groups=1, num_hidden_layers=1)  # fmt: skip
+    mixer = Mamba2Mixer(cfg, layer_idx=0)
+    with torch.no_grad():
+        mixer.A_log.copy_(torch.log(-kw["A"]))
+        mixer.D.copy_(kw["D"])
+        mixer.dt_bias.copy_(kw["dt_bias"])
+        want = mamba2_scan_forward(
+            mixer, kw["x"].reshape(b, L, H * P), kw["B"].reshape(b, L, N),
+            kw["C"].reshape(b, L, N), kw["dt"], None,
+        ).reshape(b, L, H, P)  # fmt: skip
+        A = -torch.exp(mixer.A_log.float())  # as the mixer forms it
+        got = transformers_variant(mixer.chunk_size)(**{**kw, "A": A})[0]
+    same = torch.equal(got, want)
+    print(f"  transformers-{mixer.chunk_size} is Mamba2Mixer's SSD path: {same}")
+    return same
 
 
 def ours(chunk=None):
@@ -369,13 +416,42 @@ def _interleaved_medians(steps, reps):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def peak_bytes(step):
+    """Most bytes held at once by tensors allocated during ``step()`` (its temporaries and results;
+    the inputs that exist before the call are not counted), from the profiler's allocation events.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    held = peak = 0
+    for e in events:
+        held += e.nbytes()
+        peak = max(peak, held)
+    return peak
+
+
+def _nbytes(*tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def bench(shape, reps, variants):
     kw = make_inputs(shape)
     print(f"shape (batch, L, nheads, headdim, dstate) = {shape}, fp32, torch {torch.__version__},"
           f" {torch.get_num_threads()} threads")  # fmt: skip
+    rows = []
     for mode in ("fwd", "fwd+bwd"):
         with_grads = mode == "fwd+bwd"
         ref = reference_results(kw, with_grads)
+        out_ref, final_ref = ref[0], ref[1]
+        # inputs and outputs of the timed step: forward, x dt A B C D dt_bias in, out and final
+        # state out; forward+backward adds the incoming gradients of out and final and the
+        # gradient of every input
+        io = _nbytes(*kw.values()) + 4 * (out_ref.numel() + final_ref.numel())
+        if with_grads:
+            io = 2 * io
         steps = {}
         for name, fn in variants.items():
             if not check(name, fn, kw, ref, with_grads):
@@ -387,19 +463,102 @@ def bench(shape, reps, variants):
                     leaves = _leaves(kw)
                     o, f = fn(**leaves)
                     torch.autograd.backward([o, f], [gy, gf])
+                    return [v.grad for v in leaves.values()]
 
             else:
 
                 def step(fn=fn):
                     with torch.no_grad():
-                        fn(**kw)
+                        return fn(**kw)
 
             steps[name] = step
         medians = _interleaved_medians(steps, reps)
         base = medians.get("ssmscan")
         for name, t in medians.items():
+            peak = peak_bytes(steps[name])
             ratio = f"{t / base:6.2f}x ssmscan" if base else ""
-            print(f"  {mode:8s} {name:18s} {t * 1e3:9.1f} ms  {ratio}")
+            print(f"  {mode:8s} {name:18s} {t * 1e3:9.1f} ms  {ratio}   peak {peak / 2**20:7.1f} MiB"
+                  f" = {peak / io:4.2f}x inputs+outputs")  # fmt: skip
+            rows.append((mode, name, t, peak / io))
+    return rows
+
+
+# --- one decode step, Mamba-2 layout ----------------------------------------------------------
+def decode_inputs(batch, nheads=24, headdim=64, dstate=128, seed=0):
+    """A decode step as Mamba-2 callers pass it: A, dt, D, dt_bias per head, expanded over headdim
+    (zero strides); state (batch, nheads, headdim, dstate) float32."""
+    g = torch.Generator().manual_seed(seed)
+    H, P, N = nheads, headdim, dstate
+    return {
+        "state": torch.randn(batch, H, P, N, generator=g),
+        "x": torch.randn(batch, H, P, generator=g),
+        "dt": (0.5 * torch.randn(batch, H, generator=g) - 2.0)[..., None].expand(-1, -1, P),
+        "A": (-torch.exp(0.5 * torch.randn(H, generator=g)))[:, None, None].expand(-1, P, N),
+        "B": torch.randn(batch, 1, N, generator=g),
+        "C": torch.randn(batch, 1, N, generator=g),
+        "D": torch.randn(H, generator=g)[:, None].expand(-1, P),
+        "dt_bias": (0.5 * torch.randn(H, generator=g) - 2.0)[:, None].expand(-1, P),
+    }
+
+
+def bench_decode(batch, reps):
+    """ssmscan.selective_state_update (in place) against transformers 5.25's per-token path:
+    ``mamba2_scan_forward``'s recurrent branch clones the cached state and runs
+    ``mamba2_selective_state_update`` (torch ops) on the clone; both are timed, the clone
+    included ("transformers") and without it ("transformers-step")."""
+    from transformers.models.mamba2.modeling_mamba2 import mamba2_selective_state_update
+
+    from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
+
+    kw = decode_inputs(batch)
+    rest = {k: v for k, v in kw.items() if k != "state"}
+    k64 = {k: v.double() for k, v in kw.items()}
+    want_out, want_state = selective_state_update_reference(**k64, dt_softplus=True)
+
+    def tf_step(state):
+        r = rest  # positional as mamba2_scan_forward calls it
+        return mamba2_selective_state_update(
+            state, r["x"], r["dt"], r["A"], r["B"], r["C"], r["D"], z=None,
+            dt_bias=r["dt_bias"], dt_softplus=True,
+        )  # fmt: skip
+
+    def ours_step(state):
+        return ssmscan.selective_state_update(state, **rest, dt_softplus=True)
+
+    tol = tolerance(torch.float32)
+    for name, fn in (("ssmscan", ours_step), ("transformers", tf_step)):
+        st = kw["state"].clone()
+        with torch.no_grad():
+            out = fn(st)
+        err = max(rel_error(out, want_out), rel_error(st, want_state))
+        print(f"  check {name:18s} {err:.1e} ({'ok' if err <= tol else 'FAILED'})")
+        if err > tol:
+            return []
+    # each repeat steps its own copy of the state, so every call sees the same values
+    state = kw["state"].clone()
+    steps = {
+        "ssmscan": lambda: ours_step(state),
+        "transformers": lambda: tf_step(state.clone()),
+        "transformers-step": lambda: tf_step(state),
+    }
+    with torch.no_grad():
+        for step in steps.values():  # warm-up (first calls load kernels)
+            state.copy_(kw["state"])
+            step()
+        times = {name: [] for name in steps}
+        for _ in range(reps):
+            for name, step in steps.items():
+                state.copy_(kw["state"])
+                t0 = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    shape = tuple(kw["state"].shape)
+    print(f"decode step, state {shape} fp32, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, medians of {reps}")  # fmt: skip
+    for name, t in med.items():
+        print(f"  {name:18s} {t * 1e6:9.0f} us  {t / med['ssmscan']:6.2f}x ssmscan")
+    return [("decode", name, t, None) for name, t in med.items()]
 
 
 def sweep(reps):
@@ -431,11 +590,15 @@ def sweep(reps):
         print(f"{shape} planner {plan}  fwd/fwd+bwd ms  " + "  ".join(cells))
 
 
+SHAPES = ("1,2048,24,64,128", "4,1024,48,64,128")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="1,2048,24,64,128")
+    p.add_argument("--shape", action="append", help=f"default: {' and '.join(SHAPES)}")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--decode", action="store_true", help="the decode step, batch 1 and 64")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     args = p.parse_args()
     if args.threads:
@@ -443,17 +606,25 @@ def main():
     if args.sweep:
         sweep(args.reps)
         return
-    shape = tuple(int(s) for s in args.shape.split(","))
-    variants = {
-        "ssmscan": ours(),
-        "transformers-256": transformers_variant(256),
-        "transformers-64": transformers_variant(64),
-        "ssd_minimal-64": minimal_variant(64),
-        "ssd_minimal-256": minimal_variant(256),
-    }
-    if shape[1] % 256:
-        variants = {k: v for k, v in variants.items() if not k.startswith("ssd_minimal")}
-    bench(shape, args.reps, variants)
+    if args.decode:
+        for batch in (1, 64):
+            bench_decode(batch, max(args.reps, 5) * (10 if batch == 1 else 1))
+        return
+    chunk = model_chunk_size()
+    for text in args.shape or SHAPES:
+        shape = tuple(int(s) for s in text.split(","))
+        variants = {
+            "ssmscan": ours(),
+            f"transformers-{chunk}": transformers_variant(chunk),
+            "transformers-64": transformers_variant(64),
+            "ssd_minimal-64": minimal_variant(64),
+            "ssd_minimal-256": minimal_variant(256),
+        }
+        if shape[1] % 256:
+            variants = {k: v for k, v in variants.items() if not k.startswith("ssd_minimal")}
+        if not check_transformers_mixer(make_inputs(shape)):
+            variants = {k: v for k, v in variants.items() if not k.startswith("transformers")}
+        bench(shape, args.reps, variants)
 
 
 if __name__ == "__main__":

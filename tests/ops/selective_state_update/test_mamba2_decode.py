@@ -155,6 +155,56 @@ def test_cpu_state_in_low_precision(dtype):
     assert_close_to_reference("state", h, r_h, dtype)
 
 
+STRIDED = [
+    # batch, nheads, headdim, N, ngroups, dtype; 16 x 8 x 64 x 128 = 2^20 state elements is
+    # large enough for the CPU kernel to split the batch over threads
+    pytest.param(3, 4, 5, 7, 2, torch.float64, id="B3-H4-P5-N7-G2-fp64"),
+    pytest.param(16, 8, 64, 128, 1, torch.float32, id="B16-H8-P64-N128-G1-fp32-threads"),
+]
+
+
+@pytest.mark.parametrize("path", ["eager", "inplace-op"])
+@pytest.mark.parametrize("batch,nheads,headdim,N,ngroups,dtype", STRIDED)
+def test_cpu_dense_per_channel_parameters(batch, nheads, headdim, N, ngroups, dtype, path):
+    """A, dt, D, dt_bias varying over headdim (and A over N, read through a transposed view), the
+    state a slice of a wider cache along N: every stride the CPU kernel reads, against the
+    float64 reference."""
+    g = torch.Generator().manual_seed(5)
+    pdt = torch.float64 if dtype == torch.float64 else torch.float32
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    wide = (0.5 * randn(batch, nheads, headdim, N + 3)).to(pdt)
+    state = wide[..., 1 : N + 1]  # N contiguous, rows and heads strided
+    args = dict(
+        x=randn(batch, nheads, headdim).to(dtype),
+        dt=(0.5 * randn(batch, nheads, headdim) - 2.0).to(dtype),
+        A=(-torch.exp(0.5 * randn(nheads, N, headdim))).to(pdt).transpose(1, 2),
+        B=randn(batch, ngroups, N).to(dtype),
+        C=randn(batch, ngroups, N).to(dtype),
+        D=randn(nheads, headdim).to(pdt),
+        z=randn(batch, nheads, headdim).to(dtype),
+        dt_bias=(0.5 * randn(nheads, headdim) - 2.0).to(pdt),
+    )
+    r_out, r_h = selective_state_update_reference(
+        state.double(), **{k: v.double() for k, v in args.items()}, dt_softplus=True
+    )
+    before = wide.clone()
+    if path == "eager":
+        out = ssmscan.selective_state_update(state, **args, dt_softplus=True)
+    else:
+        a = args
+        out = torch.ops.ssmscan.selective_state_update_(
+            state, a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], True
+        )
+    assert_close_to_reference("out", out, r_out, dtype)
+    assert_close_to_reference("state", state, r_h, dtype)
+    assert torch.equal(wide[..., 0], before[..., 0]) and torch.equal(
+        wide[..., -2:], before[..., -2:]
+    )
+
+
 def test_opcheck_mamba2_layout():
     state, per_head, steps = _inputs(3, 4, 3, 5, 2, 1, torch.float32, 4)
     args = _step_args(per_head, steps, 0, 3, 5)

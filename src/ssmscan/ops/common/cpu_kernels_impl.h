@@ -330,3 +330,79 @@ void SSM_FN(lin_scan)(const T* a, const T* b, const T* h0, int reverse, int64_t 
         }
     }
 }
+
+/* One decode step of the selective scan, in place, on a state (rows, H, P, N) with N contiguous
+ * (Mamba-2's layout; Mamba-1's (rows, dim, N) is H = dim, P = 1):
+ *   d = softplus?(dt + bias), h = exp(d A) h + d x B_g, out = (C_g . h + D x) silu?(z),
+ * g = head / (H / G). Every other tensor is addressed through element strides, so views with zero
+ * strides (A, dt, D, bias expanded over headdim, as transformers and mamba-ssm pass them) are read
+ * without being materialized; A with a zero stride along N takes one exponential per (head, p).
+ * st: state (row, h, p), x (b, h, p), dt (b, h, p), z (b, h, p), A (h, p, n), B (b, g), C (b, g),
+ * D (h, p), bias (h, p); B and C are contiguous along N. idx (batch,) or NULL: the state row of
+ * entry b (negative: a padding entry, out 0, no row touched). out (batch, H, P) contiguous.
+ * A call handles items [item_begin, item_end), item = b * H + h; distinct entries pick distinct
+ * rows, so calls on disjoint item ranges write disjoint memory. */
+void SSM_FN(ssu_step)(T* state, const T* x, const T* dt, const T* z, const T* A, const T* Bm,
+                      const T* Cm, const T* D, const T* bias, const int64_t* idx, int softplus,
+                      int64_t H, int64_t P, int64_t N, int64_t G, const int64_t* st,
+                      int64_t item_begin, int64_t item_end, T* out) {
+    const int64_t hpg = H / G;
+    for (int64_t item = item_begin; item < item_end; ++item) {
+        const int64_t b = item / H, h = item % H, g = h / hpg;
+        const int64_t row = idx ? idx[b] : b;
+        T* o = out + item * P;
+        if (row < 0) {
+            for (int64_t p = 0; p < P; ++p) o[p] = (T)0;
+            continue;
+        }
+        const T* restrict Bn = Bm + b * st[15] + g * st[16];
+        const T* restrict Cn = Cm + b * st[17] + g * st[18];
+        /* dt, bias and A expanded over p (zero strides): one softplus and one exp per head */
+        const int d_varies = st[8] != 0 || (bias && st[22] != 0);
+        const int dA_varies = d_varies || st[13] != 0;
+        T d = 0, dA = 0;
+        for (int64_t p = 0; p < P; ++p) {
+            if (p == 0 || d_varies) {
+                d = dt[b * st[6] + h * st[7] + p * st[8]];
+                if (bias) d += bias[h * st[21] + p * st[22]];
+                if (softplus) d = SOFTPLUS(d);
+            }
+            const T xv = x[b * st[3] + h * st[4] + p * st[5]];
+            const T dx = d * xv;
+            T* restrict s = state + row * st[0] + h * st[1] + p * st[2];
+            const T* Ar = A + h * st[12] + p * st[13];
+            const int64_t an = st[14];
+            T acc = 0;
+            if (an == 0) {
+                if (p == 0 || dA_varies) dA = EXP(d * Ar[0]);
+#pragma omp simd reduction(+ : acc)
+                for (int64_t n = 0; n < N; ++n) {
+                    const T hn = s[n] * dA + dx * Bn[n];
+                    s[n] = hn;
+                    acc += Cn[n] * hn;
+                }
+            } else if (an == 1) {
+#pragma omp simd reduction(+ : acc)
+                for (int64_t n = 0; n < N; ++n) {
+                    const T hn = s[n] * EXP(d * Ar[n]) + dx * Bn[n];
+                    s[n] = hn;
+                    acc += Cn[n] * hn;
+                }
+            } else {
+#pragma omp simd reduction(+ : acc)
+                for (int64_t n = 0; n < N; ++n) {
+                    const T hn = s[n] * EXP(d * Ar[n * an]) + dx * Bn[n];
+                    s[n] = hn;
+                    acc += Cn[n] * hn;
+                }
+            }
+            T y = acc;
+            if (D) y += D[h * st[19] + p * st[20]] * xv;
+            if (z) {
+                const T zv = z[b * st[9] + h * st[10] + p * st[11]];
+                y *= zv / ((T)1 + EXP(-zv));
+            }
+            o[p] = y;
+        }
+    }
+}

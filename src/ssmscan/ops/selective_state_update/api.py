@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import torch
+from torch._C._functorch import is_functorch_wrapped_tensor
+from torch.overrides import has_torch_function
 
+from ssmscan.ops.selective_state_update import cpu
 from ssmscan.ops.selective_state_update import op as _op  # noqa: F401  (registers the op)
 from ssmscan.ops.selective_state_update.checks import (
     check_selective_state_update_args,
@@ -17,7 +20,24 @@ def _traced(t: torch.Tensor) -> bool:
     than run."""
     from torch._subclasses.fake_tensor import is_fake
 
-    return torch.compiler.is_compiling() or t.device.type == "meta" or is_fake(t)
+    if torch.compiler.is_compiling() or t.device.type == "meta":
+        return True
+    # a plain tensor that no functionalization wraps is real: skip is_fake's unwrapping
+    return (type(t) is not torch.Tensor or torch._is_functional_tensor(t)) and is_fake(t)
+
+
+def _direct_cpu(args: tuple) -> bool:
+    """Whether an eager call may run the CPU kernel directly: plain CPU tensors that the kernel
+    takes, no ``__torch_function__`` override or mode, no functorch transform (vmap, grad), no
+    tensor requiring grad (the op has no backward and must refuse, not ignore, that)."""
+    state = args[0]
+    tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+    cdt = torch.float64 if state.dtype == torch.float64 else torch.float32
+    return (
+        cpu.supported(state, cdt)
+        and not has_torch_function(tensors)
+        and not any(is_functorch_wrapped_tensor(t) or t.requires_grad for t in tensors)
+    )
 
 
 def _capturing(t: torch.Tensor) -> bool:
@@ -105,4 +125,9 @@ def selective_state_update(
     if state_batch_indices is not None and not _capturing(state_batch_indices):
         check_state_batch_indices_values(state_batch_indices, state.shape[0])
     # eager: in place, only the picked rows written (no copy of the state or the whole cache)
+    if _direct_cpu(args):
+        # the op's own CPU kernel, called without the dispatcher: a decode step over a small
+        # state is host-bound, and the custom op's dispatch (autograd and ADInplaceOrView
+        # layers, a second validation) costs more than the kernel at batch 1
+        return cpu.step_(*args)
     return torch.ops.ssmscan.selective_state_update_(*args)

@@ -18,6 +18,7 @@ import torch
 from torch.library import custom_op
 
 from ssmscan._library import qualname, triton_backed_op
+from ssmscan.ops.selective_state_update import cpu
 from ssmscan.ops.selective_state_update.checks import (
     check_selective_state_update_args,
     check_state_writable,
@@ -26,6 +27,10 @@ from ssmscan.ops.selective_state_update.reference import (
     selective_state_update_reference,
     updated_rows,
 )
+
+
+def _compute_dtype(state: torch.Tensor) -> torch.dtype:
+    return torch.float64 if state.dtype == torch.float64 else torch.float32
 
 
 @triton_backed_op("selective_state_update")
@@ -61,6 +66,12 @@ def selective_state_update_op(
         raise NotImplementedError(
             f"ssmscan::selective_state_update has kernels for cpu and cuda; got {x.device}"
         )
+    if cpu.supported(state, _compute_dtype(state)):
+        new_state.copy_(state)
+        out.copy_(
+            cpu.step_(new_state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+        )
+        return out, new_state
     y, h = selective_state_update_reference(
         state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices
     )
@@ -100,7 +111,9 @@ def selective_state_update_(
         raise NotImplementedError(
             f"ssmscan::selective_state_update_ has kernels for cpu and cuda; got {x.device}"
         )
-    cdt = torch.float64 if state.dtype == torch.float64 else torch.float32
+    cdt = _compute_dtype(state)
+    if cpu.supported(state, cdt):
+        return cpu.step_(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
     y, h = updated_rows(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, cdt)
     out.copy_(y.reshape(x.shape))
     new = h.to(state.dtype).reshape(-1, *state.shape[1:])
