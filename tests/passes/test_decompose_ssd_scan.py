@@ -170,6 +170,26 @@ def test_graph_module_from_make_fx(realization):
     _check_numerics(gm(*args), args)
 
 
+class CallsTheCpuKernel(torch.nn.Module):
+    """The op's CPU body called directly, as a graph traced through the triton_op holds it."""
+
+    def forward(self, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx):
+        out, final = torch.ops.ssmscan.ssd_scan_fwd_cpu(
+            x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, True, 0.0, 0.5, 16
+        )
+        return out * 2.0, final
+
+
+@pytest.mark.parametrize("realization", ["parallel", "loop"])
+def test_replaces_the_cpu_kernel_op(realization):
+    args = _inputs(37)
+    ep = torch.export.export(CallsTheCpuKernel(), args)
+    result = decompose_selective_scan(ep, realization)
+    assert result.changed and result.decisions[0].lowered, result.decisions
+    _assert_realized(ep.graph_module, realization)
+    _check_numerics(ep.module()(*args), args)
+
+
 def test_explain_before_and_after():
     static = torch.export.export(Block(), _inputs(37))
     dynamic = torch.export.export(Block(), _inputs(16), dynamic_shapes=_dynamic_shapes())

@@ -63,7 +63,16 @@ from . import _graph as G
 __all__ = ["SSMSCAN_OPS", "decompose_selective_scan", "explain_decompose"]
 
 Realization = Literal["parallel", "loop"]
-SSMSCAN_OPS = ("selective_scan_fwd", "linear_scan_fwd", "selective_state_update", "ssd_scan_fwd")
+SSMSCAN_OPS = (
+    "selective_scan_fwd",
+    "linear_scan_fwd",
+    "selective_state_update",
+    "ssd_scan_fwd",
+    "ssd_scan_fwd_cpu",
+)
+# Ops with the schema of another: ssd_scan_fwd's CPU kernel (its body on CPU tensors, seen where a
+# graph was traced through the triton_op).
+_SAME_SCHEMA = {"ssd_scan_fwd_cpu": "ssd_scan_fwd"}
 
 
 @dataclass(frozen=True)
@@ -228,6 +237,7 @@ _TENSOR_ARGS = {
 
 def _plan(node: fx.Node, realization: Realization, algorithm: Algorithm) -> _Plan:
     name = _op_name(node)
+    name = _SAME_SCHEMA.get(name, name)
 
     def left(reason: str) -> _Plan:
         return _Plan(_declined(node, reason))
