@@ -102,7 +102,8 @@ def _from_file(spec: str) -> LoadedModel:
 
 
 def load_model(spec: str) -> LoadedModel:
-    """``tiny`` (or another ``MambaConfig`` preset), ``hf-tiny`` or ``path/to/file.py:factory``.
+    """``tiny`` (or another ``MambaConfig`` preset), ``tiny-mamba2`` (or another
+    ``Mamba2Config`` preset with ``-mamba2``), ``hf-tiny`` or ``path/to/file.py:factory``.
 
     Args:
         spec: the ``--model`` argument. A factory is called with no arguments and returns an
@@ -116,17 +117,21 @@ def load_model(spec: str) -> LoadedModel:
         UsageError: an unknown name, a bad ``file.py:factory``, or transformers missing for
             ``hf-tiny``.
     """
-    from ssmscan.models import MambaConfig, build_model
+    from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, build_model
 
     if spec == "hf-tiny":
         return _hf_tiny()
     if spec in MambaConfig.PRESETS:
         model = build_model(spec).eval()
         return LoadedModel(spec, model, model.config.vocab_size)
+    if spec.removesuffix("-mamba2") in Mamba2Config.PRESETS and spec.endswith("-mamba2"):
+        model2 = Mamba2LM(Mamba2Config.preset(spec.removesuffix("-mamba2"))).eval()
+        return LoadedModel(spec, model2, model2.config.vocab_size)
     if ":" in spec:
         return _from_file(spec)
     raise UsageError(
-        f"unknown model {spec!r}: expected hf-tiny, a preset ({', '.join(MambaConfig.PRESETS)}) "
+        f"unknown model {spec!r}: expected hf-tiny, a preset ({', '.join(MambaConfig.PRESETS)}), "
+        f"a Mamba-2 preset ({', '.join(p + '-mamba2' for p in Mamba2Config.PRESETS)}) "
         "or path/to/file.py:factory"
     )
 

@@ -549,3 +549,14 @@ def test_export_decode_step_takes_and_returns_the_state_pytree(tiny):
     torch.testing.assert_close(step, step_ref)
     for a, b in zip(next_state.ssm_states, next_ref.ssm_states):
         torch.testing.assert_close(a, b)
+
+
+def test_report_loads_the_tiny_mamba2_preset():
+    from ssmscan._cli_models import load_model
+    from ssmscan._cli_util import UsageError
+
+    loaded = load_model("tiny-mamba2")
+    assert isinstance(loaded.module, Mamba2LM) and not loaded.module.training
+    assert loaded.vocab_size == TINY.vocab_size
+    with pytest.raises(UsageError, match="tiny-mamba2"):
+        load_model("huge-mamba2")
