@@ -33,8 +33,9 @@ def explain(program: Any, algorithm: Algorithm = "auto") -> Explanation:
     """Report every scan-like node of ``program`` without changing it.
 
     Nodes already lowered by an ssmscan pass are reported from their ``node.meta`` tag (lowered, the
-    algorithm); remaining ssmscan ops, ``associative_scan`` and ``scan`` nodes with what the passes
-    would do and why; any other higher-order op as left, no pass handles it.
+    algorithm); remaining ssmscan ops (``selective_scan_fwd``, ``ssd_scan_fwd``, ``linear_scan_fwd``,
+    ``selective_state_update``), ``associative_scan`` and ``scan`` nodes with what the passes would
+    do and why (an ssmscan op: its parallel realization at a static length, else its loop); any other higher-order op as left, no pass handles it.
 
     Args:
         program: ``ExportedProgram`` or ``GraphModule``.

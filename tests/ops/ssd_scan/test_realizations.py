@@ -71,7 +71,7 @@ def _compare(name, kw, dtype, **options):
     ref_out, ref_final, ref_grads, gy, gf = _run(
         _reference,
         _leaves(kw, torch.float64),
-        **{k: v for k, v in options.items() if k != "chunk_size"},
+        **{k: v for k, v in options.items() if k not in ("chunk_size", "algorithm")},
     )
     if name == "parallel":
         options.setdefault("chunk_size", CHUNK)
@@ -112,6 +112,14 @@ def test_parallel_chunk_sizes(chunk_size, ssd_inputs):
     and the planner's."""
     factory, _ = CONFIGS["packed"]
     _compare("parallel", ssd_inputs(L=64, seed=5, **factory), torch.float32, chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("algorithm", ["hillis_steele", "blelloch", "chunked"])
+def test_parallel_scan_across_chunks(algorithm, ssd_inputs):
+    """Each parallel scan over the chunks' states (33 chunks of 8 steps, packed sequences)."""
+    factory, _ = CONFIGS["packed"]
+    kw = ssd_inputs(L=257, seed=6, **factory)
+    _compare("parallel", kw, torch.float32, chunk_size=8, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("name", list(REALIZATIONS))
