@@ -54,3 +54,53 @@ class ScanBlock(nn.Module):
 def block_inputs(L: int, batch: int = 2, d_model: int = 16, seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed + L)
     return torch.randn(batch, L, d_model, generator=g)
+
+
+class SSDBlock(nn.Module):
+    """A small Mamba-2-style block: in-projection to (z, x, B, C, dt), causal depthwise conv1d
+    over (x, B, C), the SSD scan (grouped B/C, D, gate z, dt bias and softplus), out-projection.
+    Seeded; (batch, L, d_model) -> (batch, L, d_model)."""
+
+    def __init__(
+        self,
+        d_model: int = 16,
+        nheads: int = 4,
+        headdim: int = 8,
+        ngroups: int = 2,
+        d_state: int = 8,
+        d_conv: int = 4,
+        chunk_size: int | None = None,
+    ):
+        super().__init__()
+        torch.manual_seed(0)
+        self.nheads, self.headdim, self.ngroups, self.d_state = nheads, headdim, ngroups, d_state
+        self.chunk_size = chunk_size
+        d_inner = nheads * headdim
+        self.d_xbc = d_inner + 2 * ngroups * d_state
+        self.in_proj = nn.Linear(d_model, d_inner + self.d_xbc + nheads)
+        self.conv = nn.Conv1d(self.d_xbc, self.d_xbc, d_conv, groups=self.d_xbc, padding=d_conv - 1)
+        self.dt_bias = nn.Parameter(torch.log(torch.expm1(torch.rand(nheads) * 0.09 + 0.01)))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, nheads + 1, dtype=torch.float32)))
+        self.D = nn.Parameter(torch.rand(nheads) + 0.5)
+        self.out_proj = nn.Linear(d_inner, d_model)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        batch, L, _ = u.shape
+        d_inner = self.nheads * self.headdim
+        z, xbc, dt = self.in_proj(u).split([d_inner, self.d_xbc, self.nheads], dim=-1)
+        xbc = F.silu(self.conv(xbc.transpose(1, 2))[..., :L].transpose(1, 2))
+        gn = self.ngroups * self.d_state
+        x, B, C = xbc.split([d_inner, gn, gn], dim=-1)
+        y = ssmscan.ssd_scan(
+            x.reshape(batch, L, self.nheads, self.headdim),
+            dt,
+            -torch.exp(self.A_log),
+            B.reshape(batch, L, self.ngroups, self.d_state),
+            C.reshape(batch, L, self.ngroups, self.d_state),
+            chunk_size=self.chunk_size,
+            D=self.D,
+            z=z.reshape(batch, L, self.nheads, self.headdim),
+            dt_bias=self.dt_bias,
+            dt_softplus=True,
+        )
+        return self.out_proj(y.reshape(batch, L, d_inner))
