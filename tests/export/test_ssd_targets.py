@@ -184,7 +184,7 @@ def test_export_keeps_one_ssd_node_at_a_dynamic_length_and_round_trips(tmp_path)
         assert_close_to_reference(f"ExportResult.run, L={L}", res.run(x)[0], want, torch.float32)
 
 
-@pytest.mark.parametrize("L", [1, 37], ids=["L1", "L37"])
+@pytest.mark.parametrize("L", [pytest.param(1, marks=pytest.mark.slow), 37], ids=["L1", "L37"])
 def test_tensorrt_graph_at_a_static_length_holds_only_registry_ops(L):
     model, x = SSDBlock().eval(), block_inputs(L)
     report = ExportReport("tensorrt")
