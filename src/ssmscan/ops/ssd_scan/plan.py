@@ -43,6 +43,8 @@ class SSDPlan:
         warps_state, warps_out, warps_pass, warps_dx, warps_dbc: ``num_warps`` of the
             chunk-state, output, state-passing, dx / dt and dB / dC kernels.
         stages: ``num_stages`` of the kernels with loops over headdim or dstate.
+        f32_operands: matmul operands, rounded to x's dtype, multiplied in float32 (under
+            Triton's interpreter for bfloat16, whose bfloat16 ``tl.dot`` is wrong).
 
     Example:
         >>> SSDPlan(64, 64, 128, 1024, "ieee", 4, 4, 4, 8, 8, 2).chunk
@@ -60,6 +62,7 @@ class SSDPlan:
     warps_dx: int
     warps_dbc: int
     stages: int
+    f32_operands: bool = False
 
 
 def _pad(n: int) -> int:
@@ -75,7 +78,9 @@ def plan_ssd(
     output block at 4 warps, and the (headdim, dstate) chunk states written per chunk (the
     largest memory traffic: 4·headdim·dstate bytes per head and chunk, against 2·Q·headdim of
     x) are amortized over 64 steps. Headdim blocks of up to 64, dstate blocks of up to 128
-    (the chunk-state kernel's (64, 128) float32 accumulator: 64 registers a thread at 4 warps).
+    (the chunk-state kernel's (64, 128) float32 accumulator: 32 registers a thread at 8 warps);
+    8 warps for the output and backward kernels, whose (Q, Q) and (Q, 64) float32 tiles would
+    leave 4 warps' threads near the register limit.
     float32 operands use 3xTF32 on devices with tensor cores (the float32 tolerance, 1e-5
     max-normalized, rules out plain TF32's ~3e-4), IEEE float32 elsewhere (and under the
     interpreter, where it changes nothing).
@@ -109,19 +114,22 @@ def _plan_ssd(
     else:
         precision = "tf32"  # Triton's default; it applies to float32 operands only
     pass_block = min(1024, next_pow2(headdim * dstate))
-    big = pp * np_ >= 128 * 128
+    chunk = 64
+    # the output and backward kernels hold three to four (Q, Q) / (Q, block_p) float32 tiles
+    wide = chunk * block_p >= 64 * 64
     return SSDPlan(
-        chunk=64,
+        chunk=chunk,
         block_p=block_p,
         block_n=block_n,
         pass_block=pass_block,
         precision=precision,
         warps_state=8 if block_p * block_n >= 64 * 128 else 4,
-        warps_out=4,
+        warps_out=8 if wide else 4,
         warps_pass=4,
-        warps_dx=8 if big else 4,
-        warps_dbc=8 if big else 4,
+        warps_dx=8 if wide else 4,
+        warps_dbc=8 if wide else 4,
         stages=2,
+        f32_operands=dtype == torch.bfloat16 and not facts.compiled,
     )
 
 

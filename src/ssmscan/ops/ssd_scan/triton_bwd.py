@@ -44,6 +44,7 @@ from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
 from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
 from ssmscan.ops.ssd_scan.triton_fwd import (
     _decay,
+    _dot,
     _last,
     _segments,
     _softplus,
@@ -146,6 +147,7 @@ def _ssd_scan_bwd_dx_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next_pow2(NBLK)
     PRECISION: tl.constexpr,
+    F32_OPERANDS: tl.constexpr,
 ):
     """dx, dz, d(dt) and the partials of dD, dA of one chunk and head (Note [SSD Triton
     backward], 4)."""
@@ -179,7 +181,7 @@ def _ssd_scan_bwd_dx_kernel(
         m_bc = m_t[:, None] & (o_n < N)[None, :]
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
-        b_cb += tl.dot(b_C, tl.trans(b_B), input_precision=PRECISION)
+        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, F32_OPERANDS)
     b_M = (b_cb * b_decay).to(DOT)
     b_Mt = tl.trans(b_M)
     o_k = tl.arange(0, BLOCK_K)
@@ -215,10 +217,10 @@ def _ssd_scan_bwd_dx_kernel(
             m_st = m_n[:, None] & m_p[None, :]
             b_St = tl.load(states + o_st, mask=m_st, other=0.0).to(DOT)
             b_dSt = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
-            b_off += tl.dot(b_C, b_St, input_precision=PRECISION)
-            b_dxs += tl.dot(b_B, b_dSt, input_precision=PRECISION)
+            b_off += _dot(b_C, b_St, PRECISION, F32_OPERANDS)
+            b_dxs += _dot(b_B, b_dSt, PRECISION, F32_OPERANDS)
         b_dxs = b_dxs * b_e[:, None]
-        b_y = b_off * b_w[:, None] + tl.dot(b_M, b_X.to(DOT), input_precision=PRECISION)
+        b_y = b_off * b_w[:, None] + _dot(b_M, b_X.to(DOT), PRECISION, F32_OPERANDS)
         if HAS_D:
             if D_PER_HEAD:
                 b_Dp = tl.load(Dv + i_h).to(tl.float32) + tl.zeros((BLOCK_P,), tl.float32)
@@ -230,7 +232,7 @@ def _ssd_scan_bwd_dx_kernel(
                 b_yz = b_y + b_Dp[None, :] * b_x
             b_dz = b_do * b_yz * b_sig * (1.0 + b_z * (1.0 - b_sig))
             tl.store(dz + o_x, b_dz.to(dz.dtype.element_ty), mask=m_x)
-        b_dX = tl.dot(b_Mt, b_g.to(DOT), input_precision=PRECISION) + b_dxs
+        b_dX = _dot(b_Mt, b_g.to(DOT), PRECISION, F32_OPERANDS) + b_dxs
         b_dcs += tl.sum(b_g * b_y, 1) - tl.sum(b_X * b_dX, 1)
         b_tend += tl.sum(b_X * b_dxs, 1)
         b_ddt += tl.sum(b_dX * b_x, 1)
@@ -286,6 +288,7 @@ def _ssd_scan_bwd_dbc_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    F32_OPERANDS: tl.constexpr,
 ):
     """dB, dC of one chunk, group and dstate block, summed over the group's heads (Note [SSD
     Triton backward], 5)."""
@@ -339,13 +342,13 @@ def _ssd_scan_bwd_dbc_kernel(
             b_dS = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
             b_gd = b_g.to(DOT)
             b_Xd = b_X.to(DOT)
-            b_dC += tl.dot((b_g * b_w[:, None]).to(DOT), b_S, input_precision=PRECISION)
-            b_dB += tl.dot((b_X * b_e[:, None]).to(DOT), b_dS, input_precision=PRECISION)
-            b_gx += tl.dot(b_gd, tl.trans(b_Xd), input_precision=PRECISION)
+            b_dC += _dot((b_g * b_w[:, None]).to(DOT), b_S, PRECISION, F32_OPERANDS)
+            b_dB += _dot((b_X * b_e[:, None]).to(DOT), b_dS, PRECISION, F32_OPERANDS)
+            b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, F32_OPERANDS)
         b_dcb += b_gx * _decay(b_cs, b_s, CHUNK, HAS_SEG)
     b_dcbd = b_dcb.to(DOT)
-    b_dC += tl.dot(b_dcbd, b_B, input_precision=PRECISION)
-    b_dB += tl.dot(tl.trans(b_dcbd), b_C, input_precision=PRECISION)
+    b_dC += _dot(b_dcbd, b_B, PRECISION, F32_OPERANDS)
+    b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, F32_OPERANDS)
     tl.store(dC + o_bc, b_dC.to(dC.dtype.element_ty), mask=m_bc)
     tl.store(dB + o_bc, b_dB.to(dB.dtype.element_ty), mask=m_bc)
 
@@ -437,13 +440,15 @@ def launch(
         HAS_MIN=opts["HAS_MIN"], HAS_MAX=opts["HAS_MAX"], HAS_D=D is not None,
         D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
         HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p, BLOCK_N=block_n,
-        BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec, num_warps=plan.warps_dx,
+        BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
+        F32_OPERANDS=plan.f32_operands, num_warps=plan.warps_dx,
         num_stages=plan.stages,
     )  # fmt: skip
     launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G, cdiv(N, block_n))](
         x, z, dout, B, C, seg, dtp, cs, states, dstates, dB, dC, L, H, P, G, N, NC,
         HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p,
-        BLOCK_N=block_n, PRECISION=prec, num_warps=plan.warps_dbc, num_stages=plan.stages,
+        BLOCK_N=block_n, PRECISION=prec,
+        F32_OPERANDS=plan.f32_operands, num_warps=plan.warps_dbc, num_stages=plan.stages,
     )  # fmt: skip
     dA.copy_(dA32.sum(dim=(0, 2)))
     ddt.copy_(ddt32)

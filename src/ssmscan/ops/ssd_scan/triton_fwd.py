@@ -95,6 +95,16 @@ def _decay(b_cs, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
 
 
 @triton.jit
+def _dot(a, b, PRECISION: tl.constexpr, F32_OPERANDS: tl.constexpr):
+    """``tl.dot(a, b)`` with float32 accumulation; with F32_OPERANDS the (already rounded)
+    operands multiplied in float32: Triton 3.6's interpreter multiplies bfloat16 operands as
+    their raw 16-bit patterns (NumPy has no bfloat16), so the plan sets it there for bf16."""
+    if F32_OPERANDS:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=PRECISION)
+
+
+@triton.jit
 def _last(b, CHUNK: tl.constexpr):
     """The last element of a (CHUNK,) block."""
     return tl.sum(tl.where(tl.arange(0, CHUNK) == CHUNK - 1, b, 0.0), 0)
@@ -135,6 +145,7 @@ def _ssd_scan_fwd_state_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot input precision of float32 operands
+    F32_OPERANDS: tl.constexpr,  # operands rounded, then multiplied in float32 (_dot)
 ):
     """END: states[c] = sum_j e_j dt_j x_j B_jᵀ (Note [SSD Triton forward], 1). Not END (the
     backward's Note [SSD Triton backward], 2): states[c] = sum_j w_j g_j C_jᵀ with
@@ -182,7 +193,7 @@ def _ssd_scan_fwd_state_kernel(
     b_v = (b_v * b_coef[None, :]).to(v.dtype.element_ty)
     o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
     b_u = tl.load(u + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(v.dtype.element_ty)
-    b_acc = tl.dot(b_v, b_u, input_precision=PRECISION)
+    b_acc = _dot(b_v, b_u, PRECISION, F32_OPERANDS)
     o_st = (((i_b * NC + i_c) * H + i_h) * P + o_p[:, None]) * N + o_n[None, :]
     tl.store(states + o_st, b_acc, mask=m_p[:, None] & m_n[None, :])
 
@@ -255,6 +266,7 @@ def _ssd_scan_fwd_out_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    F32_OPERANDS: tl.constexpr,
 ):
     """y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x, out = y silu(z) (Note [SSD Triton
     forward], 3)."""
@@ -291,14 +303,14 @@ def _ssd_scan_fwd_out_kernel(
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_St = tl.load(p_state + o_p[None, :] * N + o_n[:, None],
                        mask=m_n[:, None] & m_p[None, :], other=0.0).to(DOT)  # fmt: skip
-        b_cb += tl.dot(b_C, tl.trans(b_B), input_precision=PRECISION)
-        b_off += tl.dot(b_C, b_St, input_precision=PRECISION)
+        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, F32_OPERANDS)
+        b_off += _dot(b_C, b_St, PRECISION, F32_OPERANDS)
     o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
     m_x = m_t[:, None] & m_p[None, :]
     b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
     b_X = (b_x * b_d[:, None]).to(DOT)
     b_M = (b_cb * b_decay).to(DOT)
-    b_y = b_off * b_w[:, None] + tl.dot(b_M, b_X, input_precision=PRECISION)
+    b_y = b_off * b_w[:, None] + _dot(b_M, b_X, PRECISION, F32_OPERANDS)
     if HAS_D:
         if D_PER_HEAD:
             b_y += tl.load(Dv + i_h).to(tl.float32) * b_x
@@ -352,7 +364,8 @@ def chunk_states(
         v, z, dt, dt_bias, A, u, seg, dtp, cs, states, L, H, P, G, N, NC, **dt_opts,
         END=end, WRITE_DT=end, HAS_Z=z is not None, HAS_SEG=seg is not None,
         CHUNK=plan.chunk, BLOCK_P=plan.block_p, BLOCK_N=plan.block_n,
-        PRECISION=precision(plan, v.dtype), num_warps=plan.warps_state,
+        PRECISION=precision(plan, v.dtype),
+        F32_OPERANDS=plan.f32_operands, num_warps=plan.warps_state,
     )  # fmt: skip
 
 
@@ -462,6 +475,7 @@ def launch(
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
         HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.block_p,
         BLOCK_N=min(plan.block_n, 64), PRECISION=precision(plan, x.dtype),
+        F32_OPERANDS=plan.f32_operands,
         num_warps=plan.warps_out, num_stages=plan.stages,
     )  # fmt: skip
 

@@ -1,0 +1,249 @@
+"""The SSD Triton kernels against the float64 reference: outputs, final states and every
+gradient.
+
+``triton`` tests call the launchers (``triton_fwd.launch``, ``triton_bwd.launch``) directly on
+CPU tensors under TRITON_INTERPRET=1 (set by the root conftest without a GPU), outputs from
+``shapes.empty_*_outputs`` NaN-poisoned; ``gpu`` tests run the public ops on CUDA, eager and
+under ``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from ssmscan.ops.ssd_scan.plan import plan_for
+from ssmscan.ops.ssd_scan.reference import ssd_scan_reference
+from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs, empty_forward_outputs
+from ssmscan.testing import assert_close_to_reference
+
+pytest.importorskip("triton")
+
+ARGS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx")
+GRADS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INF = float("inf")
+
+_INTERP = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests need TRITON_INTERPRET=1 (set by the conftest without a GPU)",
+)
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _poison(ts):
+    for t in ts:
+        t.fill_(float("nan"))
+
+
+def _dout_dfinal(kw, seed, dfinal_given):
+    g = torch.Generator().manual_seed(seed + 1)
+    x = kw["x"]
+    batch, _, nheads, headdim = x.shape
+    dout = torch.randn(x.shape, generator=g, dtype=torch.float64).to(x.dtype)
+    dfinal = torch.randn(batch, nheads, headdim, kw["B"].shape[3], generator=g,
+                         dtype=torch.float64).float()  # fmt: skip
+    return dout, dfinal if dfinal_given else None
+
+
+def _reference(kw, dt_limit, dout, dfinal):
+    """float64 outputs, final states and the gradient of every tensor input."""
+    ins = {k: (v.detach().double().requires_grad_() if isinstance(v, torch.Tensor) and
+               v.is_floating_point() else v) for k, v in kw.items()}  # fmt: skip
+    out, final = ssd_scan_reference(**ins, dt_limit=dt_limit, return_final_states=True)
+    leaves = [k for k in GRADS if ins.get(k) is not None]
+    outs, grads_in = [out], [dout.double()]
+    if dfinal is not None:
+        outs.append(final)
+        grads_in.append(dfinal.double())
+    grads = torch.autograd.grad(outs, [ins[k] for k in leaves], grads_in)
+    return out, final, dict(zip(leaves, grads))
+
+
+def _run_launchers(kw, dt_limit, dout, dfinal, plan):
+    from ssmscan.ops.ssd_scan import triton_bwd, triton_fwd
+
+    args = [kw.get(k) for k in ARGS]
+    opts = (kw["dt_softplus"], float(dt_limit[0]), float(dt_limit[1]))
+    out, final = empty_forward_outputs(kw["x"], kw["B"])
+    _poison([out, final])
+    triton_fwd.launch(*args, *opts, out, final, plan=plan)
+    dx, ddt, dA, dB, dC, optional = empty_backward_outputs(*args[:9])
+    _poison([dx, ddt, dA, dB, dC, *optional])
+    triton_bwd.launch(dout, dfinal, *args, *opts, dx, ddt, dA, dB, dC, optional, plan=plan)
+    names = ["x", "dt", "A", "B", "C"] + [
+        k for k in ("D", "z", "dt_bias", "initial_states") if kw.get(k) is not None
+    ]
+    return out, final, dict(zip(names, [dx, ddt, dA, dB, dC, *optional]))
+
+
+def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
+    dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
+    out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, plan)
+    r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
+    assert out.dtype == kw["x"].dtype and final.dtype == torch.float32
+    assert_close_to_reference("out", out, r_out, dtype)
+    assert_close_to_reference("final_states", final, r_final, dtype)
+    assert set(grads) == set(r_grads)
+    for k, g in grads.items():
+        assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, k
+        assert_close_to_reference(f"d{k}", g, r_grads[k], dtype)
+
+
+# (L, ngroups, options, dt_limit, dfinal given, chunk: None = the planner's (64))
+FULL = dict(D_shape="channel", z=True, dt_bias=True, dt_softplus=True, initial_states=True,
+            seq_idx=True)  # fmt: skip
+CASES = [
+    pytest.param(1, 1, dict(), (0.0, INF), True, None, id="L1-G1-Dhead"),
+    pytest.param(63, 2, FULL, (0.0, INF), True, None, id="L63-G2-full"),
+    pytest.param(
+        64,
+        1,
+        dict(z=True, dt_softplus=True, initial_states=True),
+        (0.005, 0.05),
+        False,
+        None,
+        id="L64-G1-z-limit-nodfinal",
+    ),
+    pytest.param(
+        65,
+        2,
+        dict(D_shape="channel", dt_bias=True, seq_idx=True),
+        (0.0, INF),
+        True,
+        None,
+        id="L65-G2-Dchan-bias-packed",
+    ),
+    pytest.param(47, 2, FULL, (0.002, 0.08), True, 16, id="L47-G2-full-limit-Q16"),
+]
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("L,ngroups,opts,dt_limit,dfinal_given,chunk", CASES)
+def test_triton_interpreter(L, ngroups, opts, dt_limit, dfinal_given, chunk, ssd_inputs):
+    """Odd lengths, one step, and the chunk boundary (63, 64, 65 with the planner's chunk of
+    64); several chunks with packed sequences crossing them (Q = 16)."""
+    kw = ssd_inputs(batch=2, L=L, nheads=4, headdim=4, ngroups=ngroups, dstate=8, seed=L, **opts)
+    plan = plan_for(kw["x"], kw["B"])
+    assert plan.chunk == 64  # what the boundary cases are about
+    if chunk is not None:
+        plan = dataclasses.replace(plan, chunk=chunk)
+    _check(kw, dt_limit, dfinal_given, plan, torch.float32, L)
+
+
+@pytest.mark.triton
+@_INTERP
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_triton_interpreter_16bit(dt, ssd_inputs):
+    """16-bit x, B, C, z, dt (the matmuls' operands in that dtype, float32 accumulation) with
+    float32 parameters and states."""
+    kw = ssd_inputs(batch=1, L=37, nheads=4, headdim=16, ngroups=2, dstate=16,
+                    dtype=DTYPES[dt], seed=5, **FULL)  # fmt: skip
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16)
+    _check(kw, (0.0, INF), True, plan, DTYPES[dt], 37)
+
+
+@pytest.mark.triton
+@_INTERP
+def test_triton_interpreter_blocks(ssd_inputs):
+    """headdim and dstate over several blocks (the loops over headdim and dstate blocks, partial
+    last blocks), 3 heads a group."""
+    kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3, **FULL)
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, block_p=16, block_n=16,
+                               pass_block=256)  # fmt: skip
+    _check(kw, (0.0, INF), True, plan, torch.float32, 21)
+
+
+@pytest.mark.triton
+@_INTERP
+def test_triton_interpreter_empty(ssd_inputs):
+    """L = 0: no launch; the final state is the initial one, its gradient dfinal, every other
+    gradient zero."""
+    kw = ssd_inputs(batch=2, L=0, nheads=2, headdim=4, ngroups=1, dstate=8, initial_states=True,
+                    z=True)  # fmt: skip
+    dout, dfinal = _dout_dfinal(kw, 0, True)
+    out, final, grads = _run_launchers(kw, (0.0, INF), dout, dfinal, None)
+    assert out.shape == kw["x"].shape
+    torch.testing.assert_close(final, kw["initial_states"], rtol=0, atol=0)
+    torch.testing.assert_close(grads.pop("initial_states"), dfinal, rtol=0, atol=0)
+    assert all(bool((g == 0).all()) for g in grads.values())
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+@_INTERP
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
+@pytest.mark.parametrize("L", [63, 64, 65, 129, 300])
+def test_triton_interpreter_grid(L, packed, dt, ssd_inputs):
+    """The planner's plan at chunk boundaries and one long length, every optional input."""
+    opts = dict(FULL, seq_idx=packed)
+    kw = ssd_inputs(batch=2, L=L, nheads=4, headdim=8, ngroups=2, dstate=16, dtype=DTYPES[dt],
+                    seed=L, **opts)  # fmt: skip
+    _check(kw, (0.001, 0.09), L % 2 == 1, plan_for(kw["x"], kw["B"]), DTYPES[dt], L)
+
+
+# --- on a GPU -------------------------------------------------------------------------------------
+
+
+def _cuda(kw):
+    return {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+
+
+def _op_grads(fn, kw, dout, dfinal):
+    leaves = {k: (v.detach().clone().requires_grad_() if isinstance(v, torch.Tensor) and
+                  v.is_floating_point() else v) for k, v in kw.items()}  # fmt: skip
+    out, final = fn(*(leaves.get(k) for k in ARGS))
+    torch.autograd.backward([out, final], [dout, dfinal])
+    return out, final, {k: leaves[k].grad for k in GRADS if leaves.get(k) is not None}
+
+
+def _op(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx):
+    return torch.ops.ssmscan.ssd_scan_fwd(
+        x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, True, 0.0, INF, 64
+    )
+
+
+@pytest.mark.gpu
+@_CUDA
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("L", [1, 63, 65, 1000])
+def test_gpu_op(L, dt, ssd_inputs):
+    """The op on CUDA tensors (the Triton kernels), headdim 64 and dstate 128 (Mamba-2's)."""
+    kw = ssd_inputs(batch=2, L=L, nheads=4, headdim=64, ngroups=2, dstate=128,
+                    dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
+    dout, dfinal = _dout_dfinal(kw, L, True)
+    out, final, grads = _op_grads(_op, _cuda(kw), dout.cuda(), dfinal.cuda())
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal)
+    assert_close_to_reference("out", out, r_out, DTYPES[dt])
+    assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
+    for k, g in grads.items():
+        assert_close_to_reference(f"d{k}", g, r_grads[k], DTYPES[dt])
+
+
+@pytest.mark.gpu
+@_CUDA
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
+    """torch.compile(fullgraph=True) with Inductor traces into the kernels (wrap_triton) and
+    matches eager, forward and backward; with dynamic shapes a new length adds no graph."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(_op, backend=counter, fullgraph=True, dynamic=dynamic or None)
+    for L in (100, 300) if dynamic else (100,):
+        kw = _cuda(ssd_inputs(batch=2, L=L, nheads=4, headdim=64, ngroups=1, dstate=64,
+                              seed=L, **FULL))  # fmt: skip
+        dout, dfinal = (t.cuda() for t in _dout_dfinal(kw, L, True))
+        got = _op_grads(compiled, kw, dout, dfinal)
+        want = _op_grads(_op, kw, dout, dfinal)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+        for k in want[2]:
+            torch.testing.assert_close(got[2][k], want[2][k], rtol=1e-5, atol=1e-5, msg=k)
+    assert counter.frame_count == 1

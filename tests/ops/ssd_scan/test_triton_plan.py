@@ -1,0 +1,59 @@
+"""The SSD Triton planner (``ssmscan.ops.ssd_scan.plan``), head geometry -> plan, as a table: the
+table is the documentation of the policy. On a fake H200 (``DeviceFacts``) and under the
+interpreter; no GPU needed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ssmscan.ops.ssd_scan.plan import H200, INTERPRETED, plan_ssd
+
+FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
+
+# (nheads, headdim, ngroups, dstate, dtype, facts) -> (chunk, block_p, block_n, pass_block,
+# precision, warps of the state / out / pass / dx / dbc kernels, f32 operands)
+TABLE = [
+    # mamba2-130m / 2.7b / Codestral-like heads: Q 64, (64, 128) chunk-state tiles
+    ((24, 64, 1, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    ((80, 64, 1, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    ((128, 64, 8, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    ((48, 64, 1, 128, FP16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    # float32: 3xTF32 on the tensor cores (plain TF32 misses the float32 tolerance)
+    ((24, 64, 1, 128, FP32, H200), (64, 64, 128, 1024, "tf32x3", 8, 8, 4, 8, 8, False)),
+    # wide heads and states: blocks of 64 headdim, 128 dstate, looped
+    ((16, 128, 1, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    ((32, 256, 1, 256, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    # narrow: blocks shrink to the padded sizes (at least 16, tl.dot's minimum), 4 warps
+    ((48, 32, 1, 32, BF16, H200), (64, 32, 32, 1024, "tf32", 4, 4, 4, 4, 4, False)),
+    ((24, 64, 1, 16, FP32, H200), (64, 64, 16, 1024, "tf32x3", 4, 8, 4, 8, 8, False)),
+    # the interpreter: IEEE float32, bfloat16 operands multiplied in float32
+    ((4, 4, 2, 8, FP32, INTERPRETED), (64, 16, 16, 32, "ieee", 4, 4, 4, 4, 4, False)),
+    ((4, 4, 2, 8, BF16, INTERPRETED), (64, 16, 16, 32, "tf32", 4, 4, 4, 4, 4, True)),
+]
+
+
+def _id(row):
+    (h, p, g, n, dtype, facts), _ = row
+    return f"H{h}-P{p}-G{g}-N{n}-{str(dtype)[6:]}-{'H200' if facts.compiled else 'interp'}"
+
+
+@pytest.mark.parametrize("shape,expected", TABLE, ids=[_id(r) for r in TABLE])
+def test_plan_table(shape, expected):
+    p = plan_ssd(*shape)
+    got = (p.chunk, p.block_p, p.block_n, p.pass_block, p.precision, p.warps_state,
+           p.warps_out, p.warps_pass, p.warps_dx, p.warps_dbc, p.f32_operands)  # fmt: skip
+    assert got == expected
+
+
+def test_plan_is_cached_frozen_and_replaceable():
+    """The same plan object for the same call; frozen; an experiment's variation through
+    ``dataclasses.replace`` leaves the planner's untouched."""
+    p = plan_ssd(24, 64, 1, 128, BF16, H200)
+    assert plan_ssd(24, 64, 1, 128, BF16, H200) is p
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.chunk = 32  # type: ignore[misc]
+    q = dataclasses.replace(p, chunk=32)
+    assert q.chunk == 32 and plan_ssd(24, 64, 1, 128, BF16, H200).chunk == 64
