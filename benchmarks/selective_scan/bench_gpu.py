@@ -346,16 +346,7 @@ def main():
         default=3,
         help="rounds over everything timed for a (shape, dtype), interleaved; medians of rounds",
     )
-    ap.add_argument(
-        "--plans",
-        action="store_true",
-        help="recorded eager launch plans on (Note [eager launch plans])",
-    )
     args = ap.parse_args()
-    if args.plans:
-        from ssmscan.ops.common import launch_plan
-
-        launch_plan.ENABLED = True
     try:
         import selective_scan_cuda as mb
     except ImportError:

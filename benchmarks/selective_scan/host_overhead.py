@@ -5,9 +5,11 @@
 
 Per shape / dtype, microseconds per call to *enqueue* 30 calls (no synchronization inside; the GPU
 work of 30 calls is queued; the best of 3 rounds), for: the ops through the dispatcher
-(``torch.ops.ssmscan``, what the benchmark times) with the eager launch cache on and off (Note
-[eager launch cache]); the launchers called directly (no custom-op dispatch) with the cache on and
-off; the launchers with every Triton launch stubbed out (the torch ops and Python around the
+(``torch.ops.ssmscan``, what the benchmark times); the ops' bodies (``triton_fwd.forward``,
+``triton_bwd.backward``: no custom-op dispatch) with recorded launch plans (the default), with the
+eager launch cache only (``LaunchOptions(replay=False)``) and with neither (``cache=False``; Note
+[eager launch plans], Note [eager launch cache]); the launchers called directly with the cache on
+and off; the launchers with every Triton launch stubbed out (the torch ops and Python around the
 kernels); and mamba-ssm's C++ calls. The differences place the host time."""
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def main():
     from torch._library.triton import set_wrap_triton_enabled
 
     from ssmscan.ops.common import triton_launch
+    from ssmscan.ops.common.launch_options import DEFAULT, LaunchOptions
     from ssmscan.ops.selective_scan import shapes, triton_bwd, triton_fwd
 
     try:
@@ -58,32 +61,44 @@ def main():
             ckpt = bench_gpu.ours_fwd(kw)[2]
             grads = shapes.empty_backward_outputs(*args, None)
 
-            def launch_fwd():
+            def body_fwd(options):
                 with set_wrap_triton_enabled(False):
-                    triton_fwd.launch(*args, None, True, *outs)
+                    triton_fwd.forward(*args, None, True, options=options)
 
-            def launch_bwd():
+            def body_bwd(options):
                 with set_wrap_triton_enabled(False):
-                    triton_bwd.launch(dout, None, *args, None, ckpt, True, *grads[:5], grads[5])
+                    triton_bwd.backward(dout, None, *args, None, ckpt, True, options=options)
 
-            fns = {
-                "op fwd": lambda: bench_gpu.ours_fwd(kw),
-                "op f+b": lambda: bench_gpu.ours_fwd_bwd(kw, dout),
-                "launch fwd": launch_fwd,
-                "launch bwd": launch_bwd,
+            def launch_fwd(options=DEFAULT):
+                with set_wrap_triton_enabled(False):
+                    triton_fwd.launch(*args, None, True, *outs, options=options)
+
+            def launch_bwd(options=DEFAULT):
+                with set_wrap_triton_enabled(False):
+                    triton_bwd.launch(dout, None, *args, None, ckpt, True, *grads[:5], grads[5],
+                                      options=options)  # fmt: skip
+
+            res = [
+                f"op fwd {per_call_us(lambda: bench_gpu.ours_fwd(kw))[0]:.0f}",
+                f"op f+b {per_call_us(lambda: bench_gpu.ours_fwd_bwd(kw, dout))[0]:.0f}",
+            ]
+            settings = {
+                "plans": DEFAULT,
+                "cache": LaunchOptions(replay=False),
+                "plain": LaunchOptions(cache=False),
             }
-            res = []
-            for fast in (False, True):
-                triton_launch.FAST_EAGER = fast
-                for name, fn in fns.items():
-                    res.append(f"{name}{' cache' if fast else ''} {per_call_us(fn)[0]:.0f}")
+            for tag, options in settings.items():
+                for name, fn in (("body fwd", body_fwd), ("body bwd", body_bwd)):
+                    res.append(f"{name} {tag} {per_call_us(lambda: fn(options))[0]:.0f}")
+            for tag in ("cache", "plain"):
+                for name, fn in (("launch fwd", launch_fwd), ("launch bwd", launch_bwd)):
+                    res.append(f"{name} {tag} {per_call_us(lambda: fn(settings[tag]))[0]:.0f}")
             triton_launch._Launcher.__getitem__ = stub
             try:
-                for name in ("launch fwd", "launch bwd"):
-                    res.append(f"{name} no kernels {per_call_us(fns[name])[0]:.0f}")
+                for name, fn in (("launch fwd", launch_fwd), ("launch bwd", launch_bwd)):
+                    res.append(f"{name} no kernels {per_call_us(fn)[0]:.0f}")
             finally:
                 triton_launch._Launcher.__getitem__ = real_getitem
-            triton_launch.FAST_EAGER = True
             if mb is not None:
                 res.append(f"mamba fwd {per_call_us(lambda: bench_gpu.mamba_fwd(mb, kw))[0]:.0f}")
                 f_b = lambda: bench_gpu.mamba_fwd_bwd(mb, kw, dout)  # noqa: E731

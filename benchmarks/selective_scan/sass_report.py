@@ -1,8 +1,8 @@
 """Offline sm_90 resource / SASS report of the Triton selective-scan kernels (no GPU needed).
 
 Runs the library's launchers (``triton_fwd.launch``, ``triton_bwd.launch``) on fake tensors of
-the benchmark shapes, planned for an H200 (``plan.H200``), with every launch recorded instead of
-run: the kernel, its grid, and the arguments as Triton's JIT would specialize them (dtypes,
+the benchmark shapes, with the plans made for an H200's facts (``plan.H200``: sm_90, inline PTX)
+passed in, and every launch recorded instead of run: the kernel, its grid, and the arguments as Triton's JIT would specialize them (dtypes,
 16-byte alignment, ints equal to 1 or divisible by 16, constexprs, ``num_warps`` / ``maxnreg``).
 Each distinct launch is compiled for sm_90 (``GPUTarget("cuda", 90, 32)``) and disassembled with
 the ``cuobjdump`` that ships with Triton; printed per launch: registers, spills, shared memory,
@@ -93,23 +93,26 @@ def capture(batch: int, dim: int, L: int, N: int, dtype: torch.dtype, bwd: bool)
     def record(self, grid, *args, **kwargs):
         launches.append(specialize(self._jit, grid, args, kwargs))
 
-    saved = (triton_launch._Launcher._launch, triton_fwd.device_facts, triton_bwd.device_facts)
+    saved = triton_launch._Launcher._launch
     triton_launch._Launcher._launch = record
-    triton_fwd.device_facts = triton_bwd.device_facts = lambda device: H200
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
             u, delta, z, dout = (torch.empty(batch, dim, L, dtype=dtype) for _ in range(4))
             A, D, bias = torch.empty(dim, N), torch.empty(dim), torch.empty(dim)
             B, C = torch.empty(batch, N, L, dtype=dtype), torch.empty(batch, N, L, dtype=dtype)
             outs = shapes.empty_forward_outputs(u, A)
-            triton_fwd.launch(u, delta, A, B, C, D, z, bias, None, True, *outs)
+            plan = triton_fwd.plan_for(u, A, B, C, facts=H200)
+            triton_fwd.launch(u, delta, A, B, C, D, z, bias, None, True, *outs, plan=plan)
             if bwd:
                 launches.clear()
                 grads = shapes.empty_backward_outputs(u, delta, A, B, C, D, z, bias, None)
+                # the tensors whose alignment the planner reads, as ``triton_bwd.launch`` names them
+                aligned = (dout, u, delta, D, z, bias, outs[2], grads[0], grads[1], *grads[5])
+                bplan = triton_bwd.plan_for(u, A, B, aligned, facts=H200)
                 triton_bwd.launch(dout, None, u, delta, A, B, C, D, z, bias, None, outs[2], True,
-                                  *grads[:5], grads[5])  # fmt: skip
+                                  *grads[:5], grads[5], plan=bplan)  # fmt: skip
     finally:
-        triton_launch._Launcher._launch, triton_fwd.device_facts, triton_bwd.device_facts = saved
+        triton_launch._Launcher._launch = saved
     return launches
 
 

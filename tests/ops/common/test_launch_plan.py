@@ -3,7 +3,7 @@
 CPU: a fake compiled launcher that computes through the int pointers it is given (ctypes), so the
 arena and the pointer offsets are exercised without a GPU; rejections (a host read, a tensor from
 outside, a setting changed during the call); the ops' launchers under the interpreter replaying
-bit for bit; every module setting of the launch modules in a plan key. GPU: replays against the
+bit for bit; the launch options in a plan key. GPU: replays against the
 normal path, bit for bit, over configurations (``test_plans_match_normal_path_gpu``)."""
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ import pytest
 import torch
 
 from ssmscan.ops.common import launch_plan
+from ssmscan.ops.common.launch_options import LaunchOptions
+
+_NO_REPLAY = LaunchOptions(replay=False)  # the launchers' normal path, call by call
 
 
 @pytest.fixture(autouse=True)
-def _eager_launches(monkeypatch):
-    """Plans on (the default; a test may switch them off), for the launchers' eager path:
-    ``wrap_triton`` off, as in the ops' bodies."""
+def _eager_launches():
+    """The launchers' eager path: ``wrap_triton`` off, as in the ops' bodies."""
     from torch._library.triton import set_wrap_triton_enabled
 
-    monkeypatch.setattr(launch_plan, "ENABLED", True)
     with set_wrap_triton_enabled(False):
         yield
 
@@ -90,8 +91,9 @@ def _launch(compiled, *vals):
 
 
 @launch_plan.planned
-def _chain(x, flag):
-    """out = 2 x + 1 (+1 again with flag) through scratch views only the launches see."""
+def _chain(x, flag, *, options):
+    """out = 2 x + 1 (+1 again with flag) through scratch views only the launches see (the
+    fakes' launches are direct: ``options``, which a planned function is given, goes unused)."""
     n = x.numel()
     out = torch.empty_like(x)
     tmp = torch.empty((2, n), dtype=torch.float32)
@@ -131,7 +133,7 @@ def test_fake_launches_replay_through_the_arena():
 
 
 @launch_plan.planned
-def _reads_data(x):
+def _reads_data(x, *, options):
     out = torch.empty_like(x)
     _launch(_DOUBLE, x, out, x.numel())
     if out[0].item() > 0:  # a host read: the result depends on the data
@@ -140,7 +142,7 @@ def _reads_data(x):
 
 
 @launch_plan.planned
-def _uses_outside_tensor(x):
+def _uses_outside_tensor(x, *, options):
     out = torch.empty_like(x)
     _launch(_DOUBLE, _OUTSIDE, out, x.numel())
     return (out,)
@@ -170,7 +172,7 @@ _TEST_LIB.impl("copying_view", lambda x: x.t().contiguous(), "CPU")
 
 
 @launch_plan.planned
-def _through_copying_view(x):
+def _through_copying_view(x, *, options):
     y = torch.ops.ssmscan_plan_test.copying_view.default(x)
     out = torch.empty(y.shape)
     _launch(_DOUBLE, y, out, y.numel())
@@ -178,7 +180,7 @@ def _through_copying_view(x):
 
 
 @launch_plan.planned
-def _moves_an_argument(x, other):
+def _moves_an_argument(x, other, *, options):
     # x now points elsewhere: not the pointer its slot was made with
     x.set_(other.untyped_storage(), 0, other.shape)
     out = torch.empty_like(other)
@@ -218,12 +220,17 @@ def test_no_plans_for_subclasses_modes_or_when_off():
         assert launch_plan._arg_key((fx,)) is None
     with torch.device("cpu"):  # a torch-function mode
         assert not launch_plan._plannable()
-    launch_plan.ENABLED = False
-    try:
-        torch.testing.assert_close(_chain(x, True)[0], (2 * x + 1) + 1, rtol=0, atol=0)
+    for off in (_NO_REPLAY, LaunchOptions(cache=False)):  # replays need both
+        for _ in range(3):
+            torch.testing.assert_close(
+                _chain(x, True, options=off)[0], (2 * x + 1) + 1, rtol=0, atol=0
+            )
         assert len(_chain.plans) == before
-    finally:
-        launch_plan.ENABLED = True
+    # other options, another plan: the options are part of the key
+    traced_off = LaunchOptions(check_traced=False)
+    for _ in range(2):
+        _chain(x, True, options=traced_off)
+    assert [k[1] for k in _chain.plans].count(traced_off) == 1
 
 
 @pytest.mark.triton
@@ -244,12 +251,8 @@ def test_op_launchers_replay_bit_for_bit_under_the_interpreter():
         args = [kw[k] for k in names]
         dout = torch.randn_like(args[0])
         dlast = torch.randn(2, 5, 4)
-        launch_plan.ENABLED = False
-        try:
-            ref = triton_fwd.forward(*args, True)
-            ref_g = triton_bwd.backward(dout, dlast, *args, ref[2], True)
-        finally:
-            launch_plan.ENABLED = True
+        ref = triton_fwd.forward(*args, True, options=_NO_REPLAY)
+        ref_g = triton_bwd.backward(dout, dlast, *args, ref[2], True, options=_NO_REPLAY)
         for _ in range(3 if seed == 1 else 1):  # seen, recorded, replayed
             got = triton_fwd.forward(*args, True)
             got_g = triton_bwd.backward(dout, dlast, *args, got[2], True)
@@ -286,7 +289,8 @@ def test_plans_match_normal_path_gpu(case):
     batch, dim, L, N, groups, dtype, opt, init, with_dlast = _GPU_CASES[case]
     names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
 
-    def run(seed, strided):
+    def run(seed, strided, options=None):
+        options = options or LaunchOptions()
         kw = make_selective_scan_inputs(
             batch, dim, L, N, groups=groups, dtype=dtype, device="cuda", has_D=opt, has_z=opt,
             has_delta_bias=opt, has_initial_state=init, seed=seed,
@@ -297,18 +301,14 @@ def test_plans_match_normal_path_gpu(case):
         g = torch.Generator(device="cuda").manual_seed(seed + 100)
         dout = torch.randn(args[0].shape, generator=g, device="cuda").to(dtype)
         dlast = torch.randn(batch, dim, N, generator=g, device="cuda") if with_dlast else None
-        fwd = triton_fwd.forward(*args, True)
-        bwd = triton_bwd.backward(dout, dlast, *args, fwd[2], True)
+        fwd = triton_fwd.forward(*args, True, options=options)
+        bwd = triton_bwd.backward(dout, dlast, *args, fwd[2], True, options=options)
         torch.cuda.synchronize()
         return [*fwd, *bwd[:5], *bwd[5]]
 
     for strided in (False, True):
         for seed in (1, 2, 3, 4):  # 1 is seen, 2 records, 3 and 4 replay (fresh values)
-            launch_plan.ENABLED = False
-            try:
-                ref = run(seed, strided)
-            finally:
-                launch_plan.ENABLED = True
+            ref = run(seed, strided, _NO_REPLAY)
             got = run(seed, strided)
             for i, (r, x) in enumerate(zip(ref, got)):
                 assert torch.equal(r, x), (strided, seed, i)
@@ -361,7 +361,7 @@ def test_direct_launch_matches_tritons_launcher_call():
 
 
 @launch_plan.planned
-def _add(x, y):
+def _add(x, y, *, options):
     out = torch.empty_like(x)
     _launch(_kernel(lambda s, i: s[i] + 1.0), x, out, x.numel())  # out = x + 1, then + y:
     out.add_(y)
@@ -387,7 +387,7 @@ def test_pre_run_hooks_send_calls_the_normal_way(monkeypatch):
         _chain(x, False)
     calls = []
     real = _chain.fn
-    monkeypatch.setattr(_chain, "fn", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(_chain, "fn", lambda *a, **k: calls.append(1) or real(*a, **k))
     _chain(x, False)
     assert calls == []  # replayed
     monkeypatch.setattr(_Jit, "pre_run_hooks", (lambda *a, **k: None,))

@@ -20,6 +20,8 @@ import triton
 from ssmscan.ops.common import triton_launch
 from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
 from ssmscan.ops.selective_scan.layout_check import LaneLayoutError
+from ssmscan.ops.selective_scan.plan import H200
+from ssmscan.ops.selective_scan.shapes import empty_backward_outputs, empty_forward_outputs
 from ssmscan.testing import make_selective_scan_inputs
 from ssmscan.testing.triton_sm90 import SM90
 
@@ -27,23 +29,29 @@ NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
 
 
 def captured(dtype: torch.dtype) -> list:
-    """(launcher, grid, args, kwargs) of every launch of a forward and a backward, as traced."""
+    """(launcher, grid, args, kwargs) of every launch of a forward and a backward, as traced, by
+    the plans an H200 makes (inline PTX, the lane kernels with their layout checks; the CPU
+    stand-ins' own device would plan the interpreter's portable code, which has no check)."""
     seen = []
 
     def spy(self, grid, *args, **kwargs):
         like = triton_launch._first_tensor(args, kwargs)
         args, kwargs = self.traced_args(args, kwargs, like)
-        if "EMU" in kwargs:  # the CPU stand-ins ask for the interpreter's shuffles; CUDA's don't
-            kwargs["EMU"] = False
         seen.append((self, grid, args, kwargs))
 
     real = triton_launch._Launcher._launch
     triton_launch._Launcher._launch = spy
     try:
-        kw = make_selective_scan_inputs(2, 64, 1000, 16, dtype=dtype, has_initial_state=True)
+        kw = make_selective_scan_inputs(2, 64, 1024, 16, dtype=dtype, has_initial_state=True)
         args = [kw[k] for k in NAMES]
-        fwd = triton_fwd.forward(*args, True)
-        triton_bwd.backward(torch.randn_like(args[0]), None, *args, fwd[2], True)
+        u, _delta, A, B, C = args[:5]
+        outs = empty_forward_outputs(u, A)
+        fplan = triton_fwd.plan_for(u, A, B, C, facts=H200)
+        triton_fwd.launch(*args, True, *outs, plan=fplan)
+        grads = empty_backward_outputs(*args)
+        bplan = triton_bwd.plan_for(u, A, B, (u,), facts=H200)
+        triton_bwd.launch(torch.randn_like(u), None, *args, outs[2], True, *grads[:5], grads[5],
+                          plan=bplan)  # fmt: skip
     finally:
         triton_launch._Launcher._launch = real
     return seen

@@ -87,6 +87,7 @@ def compile_lane(
         SPLIT=True,
         A_RAW=True,
         HAS_LAST=True,
+        PTX=True,  # sm_90: the plans' inline PTX
         ADJ=local,  # the states kernel's: ``local`` there is the fused local pass
         # the forward's options as the planner sets them
         Y_SCATTER=True,
@@ -163,6 +164,7 @@ def compile_bwd(dtype: str, full: bool, seg: bool, lane: bool = True, **ints: in
         HAS_DLAST=seg,
         HAS_SEG=seg,
         EMU=False,
+        PTX=True,
     )
     if lane:  # segments come with the lane local pass: the main kernel carries them itself
         values["CARRY"] = seg

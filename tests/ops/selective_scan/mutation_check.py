@@ -11,7 +11,7 @@ when an input is a leaf that requires grad). This script runs in two steps:
   (``_Launcher.traced_args``) by plans made for an H200 (``plan.H200``) as traced launches
   (no ``PREFETCH_BC``); every tensor argument is marked with the op
   input it is (u, delta, ..., dout, checkpoints), if any;
-* ``analyze OUT.pkl`` (without the interpreter, so the kernels see inline PTX): for each recorded
+* ``analyze OUT.pkl`` (without the interpreter: the plans' inline PTX compiles): for each recorded
   launch, torch's own analysis on the sm_90 TTIR; prints one line per launch, "ok" when the
   analysis succeeded and no op input is among the written arguments.
 

@@ -41,6 +41,7 @@ def compile_ttgir(dtype: str, full: bool, seg: bool, **ints: int) -> str:
         HAS_SEG=seg,
         TT=SPLIT_TT,
         EMU=False,
+        PTX=True,
     )
     values.update(ints)
     return compile_sm90(kernel, values, 1).asm["ttgir"]

@@ -188,6 +188,44 @@ def test_device_facts_steer_the_plan():
     assert plan_forward(1, 1536, 4096, 16, 1, FP32, (FP32, FP32), True, H200, policy).nseg == 1
 
 
+# inline PTX by the device's facts: (facts) -> the plans' ``ptx`` (every launch's ``PTX``). The
+# kernels' PTX (``shfl.sync``, ``%laneid``, ``rcp.approx.ftz``, ``prefetch.global.L1``) needs a
+# compiled kernel for sm_70 or later; anything else runs the portable ``tl`` code.
+PTX_TABLE = [
+    ("H200-sm90", H200, True),
+    ("A100-sm80", DeviceFacts(108, 65536, (8, 0), True), True),
+    ("V100-sm70", DeviceFacts(80, 65536, (7, 0), True), True),
+    ("P100-sm60", DeviceFacts(56, 65536, (6, 0), True), False),
+    ("interpreter", INTERPRETED, False),
+]
+
+
+@pytest.mark.parametrize("facts, ptx", [r[1:] for r in PTX_TABLE], ids=[r[0] for r in PTX_TABLE])
+def test_inline_ptx_follows_the_device_capability(facts, ptx):
+    """The plans carry the capability gate: every forward launch's ``PTX`` constexpr (and the
+    fallback's), the backward's ``ptx`` with its shuffles emulated exactly where PTX is off; the
+    launchers check the lane kernels' shuffle layouts only where PTX shuffles run."""
+    from ssmscan.ops.common.launch_options import DEFAULT as LAUNCH
+    from ssmscan.ops.selective_scan import triton_fwd
+
+    for N, dtype in ((16, BF16), (16, FP32), (4, FP32), (64, FP32)):
+        for batch, L in ((8, 2048), (1, 65536)):  # unsplit, segments
+            fwd = plan_forward(batch, 1024, L, N, 1, dtype, (dtype, dtype), True, facts)
+            for plan in (fwd, fwd.fallback):
+                if plan is None:
+                    continue
+                assert plan.ptx is ptx
+                launches = [x for x in (plan.local, plan.real) if x is not None]
+                assert all(x.kw()["PTX"] is ptx for x in launches), launches
+            bwd = plan_backward(batch, 1024, L, N, 1, True, True, facts)
+            for plan in (bwd, bwd.fallback):
+                if plan is not None:
+                    assert plan.ptx is ptx and plan.emulate is (not ptx)
+    assert facts.ptx is ptx
+    for name in ("fwd_lane", "fwd_lane2"):
+        assert (triton_fwd._kernel(name, 4, ptx, LAUNCH)._check is not None) is ptx
+
+
 def test_no_global_state_in_the_kernel_layer():
     """No ``global`` statement under src/ssmscan, and the selective-scan kernel modules hold no
     mutable module-level settings (dicts or lists in UPPER case)."""
@@ -202,3 +240,10 @@ def test_no_global_state_in_the_kernel_layer():
     for p in (src / "ops" / "selective_scan").glob("triton_*.py"):
         text = p.read_text()
         assert not re.search(r"^[A-Z][A-Z0-9_]*\s*(:[^=]*)?=\s*[\[{]", text, re.M), p
+    # no on / off switches at module level in the op or the launch layer (policy comes in as
+    # ``Policy``, ``DeviceFacts``, ``LaunchOptions``), and no Triton setting read by the kernels
+    launch = [src / "ops" / "common" / f for f in ("triton_launch.py", "launch_plan.py")]
+    for p in [*(src / "ops" / "selective_scan").glob("*.py"), *launch]:
+        text = p.read_text()
+        assert not re.search(r"^_?[A-Z][A-Z0-9_]*\s*(:[^=]*)?=\s*(True|False)\b", text, re.M), p
+        assert "knobs.runtime.interpret" not in text, p

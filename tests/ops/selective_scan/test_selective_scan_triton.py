@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from ssmscan.ops.common import triton_launch
+from ssmscan.ops.common.launch_options import DEFAULT as DEFAULT_LAUNCH
+from ssmscan.ops.common.launch_options import LaunchOptions
 from ssmscan.ops.selective_scan.plan import DEFAULT, INTERPRETED, DeviceFacts, Policy
 from ssmscan.ops.selective_scan.reference import selective_scan_reference
 from ssmscan.ops.selective_scan.shapes import (
@@ -103,9 +105,11 @@ def _poison(ts):
             t.fill_(float("nan"))
 
 
-def _run_launchers(kw, dout, dlast, policy=DEFAULT, facts=None, fwd_plan=None, bwd_plan=None):
+def _run_launchers(kw, dout, dlast, policy=DEFAULT, facts=None, fwd_plan=None, bwd_plan=None,
+                   options=DEFAULT_LAUNCH):  # fmt: skip
     """Forward and backward through the launchers, each by its plan (the planner's for
-    ``policy`` and ``facts`` unless given): (outputs, {input name: gradient})."""
+    ``policy`` and ``facts`` unless given), launched as ``options`` says: (outputs, {input name:
+    gradient})."""
     from ssmscan.ops.selective_scan import triton_bwd, triton_fwd
 
     args = [kw[k] for k in _ARGS]
@@ -115,14 +119,15 @@ def _run_launchers(kw, dout, dlast, policy=DEFAULT, facts=None, fwd_plan=None, b
     if fwd_plan is None and u.dtype != torch.float64:
         fwd_plan = triton_fwd.plan_for(u, A, B, C, policy, facts)
     sp = kw["delta_softplus"]
-    triton_fwd.launch(u, delta, A, B, C, D, z, bias, init, sp, *outs, plan=fwd_plan)
+    triton_fwd.launch(u, delta, A, B, C, D, z, bias, init, sp, *outs, plan=fwd_plan,
+                      options=options)  # fmt: skip
     grads = empty_backward_outputs(u, delta, A, B, C, D, z, bias, init)
     _poison([*grads[:5], *grads[5]])
     if bwd_plan is None and u.dtype != torch.float64 and u.shape[0] * u.shape[2] > 0:
         bwd_plan = triton_bwd.plan_for(u, A, B, args, policy, facts)
     triton_bwd.launch(
         dout, dlast, u, delta, A, B, C, D, z, bias, init, outs[2], sp, *grads[:5], grads[5],
-        plan=bwd_plan,
+        plan=bwd_plan, options=options,
     )  # fmt: skip
     names = ["u", "delta", "A", "B", "C"] + [
         k for k in ("D", "z", "delta_bias", "initial_state") if kw[k] is not None
@@ -707,17 +712,13 @@ def test_triton_gpu_launch_cache_alignment(dtype):
     aligned again: each call must run a kernel specialized for its own pointers (a cached
     kernel compiled for aligned pointers would fault or read wrong data on the misaligned ones);
     results equal the uncached launch's bit for bit."""
-    from ssmscan.ops.common import triton_launch
-
     kw, dout, dlast = _inputs(2, 64, 512, 16, None, True, True, True, dtype, "cuda", seed=5)
     runs = []
     for k, fast in ((0, True), (1, True), (0, True), (1, False)):
-        triton_launch.FAST_EAGER = fast
-        try:
-            moved = {n: _offset(v, k) if isinstance(v, torch.Tensor) else v for n, v in kw.items()}
-            outs, grads = _run_launchers(moved, _offset(dout, k), _offset(dlast, k))
-        finally:
-            triton_launch.FAST_EAGER = True
+        moved = {n: _offset(v, k) if isinstance(v, torch.Tensor) else v for n, v in kw.items()}
+        outs, grads = _run_launchers(
+            moved, _offset(dout, k), _offset(dlast, k), options=LaunchOptions(cache=fast)
+        )
         runs.append([*outs, *grads.values()])
         if k == 1:
             assert moved["u"].data_ptr() % 16 != 0

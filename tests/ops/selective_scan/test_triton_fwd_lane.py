@@ -122,8 +122,9 @@ def test_launch_falls_back_to_the_2d_kernel_per_call(monkeypatch):
     calls = []
 
     def fake_launch(*args):
-        calls.append(args[-1].kernel)
-        if args[-1].kernel == "lane":
+        plan, _options = args[-2:]
+        calls.append(plan.kernel)
+        if plan.kernel == "lane":
             raise LaneLayoutError("laid out differently")
 
     monkeypatch.setattr(triton_fwd, "_launch", fake_launch)

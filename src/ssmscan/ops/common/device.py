@@ -43,7 +43,17 @@ class DeviceFacts:
 
     @property
     def ptx(self) -> bool:
-        """Inline PTX can run (a compiled NVIDIA kernel, sm_70 or later: ``shfl.sync``)."""
+        """The kernels' inline PTX can run: compiled for compute capability 7.0 or later. What
+        the kernels' PTX needs is ``shfl.sync.idx`` / ``shfl.sync.bfly`` with a full-warp mask
+        (the ``.sync`` forms that independent thread scheduling, sm_70, requires), ``%laneid``,
+        ``rcp.approx.ftz.f32`` and ``prefetch.global.L1``: all in every PTX ISA that sm_70 and
+        later take; nothing of sm_80 or sm_90. The planners put this in every plan (``PTX``);
+        without it the kernels run their portable ``tl`` code.
+
+        Example:
+            >>> DeviceFacts(80, 65536, (6, 1), True).ptx, INTERPRETED.ptx
+            (False, False)
+        """
         return self.compiled and self.capability >= (7, 0)
 
 
@@ -52,19 +62,22 @@ INTERPRETED = DeviceFacts(sm_count=132, regs_per_sm=65536, capability=(0, 0), co
 
 
 @functools.cache
-def _cuda_facts(index: int) -> DeviceFacts:
+def _cuda_facts(index: int, interpreted: bool) -> DeviceFacts:
     props = torch.cuda.get_device_properties(index)
     regs = getattr(props, "regs_per_multiprocessor", None)
     if regs is None:
         from triton.runtime.driver import driver
 
         regs = driver.active.utils.get_device_properties(index)["max_num_regs"]
-    return DeviceFacts(props.multi_processor_count, int(regs), (props.major, props.minor), True)
+    return DeviceFacts(
+        props.multi_processor_count, int(regs), (props.major, props.minor), not interpreted
+    )
 
 
 def device_facts(device: torch.device) -> DeviceFacts:
-    """The facts of ``device``: a CUDA device's own (cached per device), ``INTERPRETED`` for any
-    other (Triton's interpreter runs the kernels on CPU tensors).
+    """The facts of ``device``: a CUDA device's own (cached per device; not ``compiled`` while
+    Triton's interpreter is on, ``TRITON_INTERPRET=1``, which runs CUDA tensors' kernels too),
+    ``INTERPRETED`` for any other (the interpreter runs the kernels on CPU tensors).
 
     Example:
         >>> device_facts(torch.device("cpu")) == INTERPRETED
@@ -73,4 +86,6 @@ def device_facts(device: torch.device) -> DeviceFacts:
     if device.type != "cuda":
         return INTERPRETED
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return _cuda_facts(index)
+    from triton import knobs
+
+    return _cuda_facts(index, bool(knobs.runtime.interpret))

@@ -38,8 +38,9 @@ path from then on, and so does a call while a recorded kernel has pre-run hooks.
 launcher that writes through the int pointers), every interpreter test of the ops replays plans
 (a second call with a signature), and the GPU tests compare replays with the normal path bit for
 bit. Plans are not used while tracing or exporting (fake tensors), under a dispatch or
-torch-function mode, functorch transforms, the profiler or a Triton launch hook, or with
-``ENABLED = False`` (on by default, below); the launchers behave exactly as before there.
+torch-function mode, functorch transforms, the profiler or a Triton launch hook, or for a call
+given ``LaunchOptions(replay=False)`` or ``LaunchOptions(cache=False)`` (``launch_options``; both
+on by default); the launchers behave exactly as before there.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-# Recorded launches are on (H200, 2026-12-01: the GPU tests pass, the plan GPU test clean under
-# compute-sanitizer memcheck; host time to enqueue at (1, 1536, 4096) bf16 through the op: forward
-# 254 -> 112 us, forward+backward 586 -> 248 us). False: the launchers' normal path everywhere
-# (tests and host-time comparisons set it around a call).
-ENABLED = True
+from ssmscan.ops.common.launch_options import DEFAULT, LaunchOptions
+
+# Recorded launches are on by default (``LaunchOptions.replay``; H200, 2026-12-01: the GPU tests
+# pass, the plan GPU test clean under compute-sanitizer memcheck; host time to enqueue at (1, 1536,
+# 4096) bf16 through the op: forward 254 -> 112 us, forward+backward 586 -> 248 us).
 MAX_PLANS = 256  # per planned function; the oldest is dropped beyond it
 ARENA_ALIGN = 256  # bytes: every arena buffer starts at a multiple (the allocator's own is 512)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -101,7 +102,7 @@ def _plannable() -> bool:
 
     from ssmscan.ops.common import triton_launch
 
-    if not ENABLED or not triton_launch.FAST_EAGER or is_wrap_triton_enabled():
+    if is_wrap_triton_enabled():
         return False
     if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
         return False
@@ -469,30 +470,30 @@ class _Planned:
         self.seen: dict[tuple, None] = {}  # keys called once: recorded on their second call
         self.rejected: dict[tuple, str] = {}  # key -> why (tests and benchmarks read it)
 
-    def __call__(self, *args: Any) -> Any:
-        if not _plannable() or recorder() is not None:
-            return self.fn(*args)
+    def __call__(self, *args: Any, options: LaunchOptions = DEFAULT) -> Any:
+        if not (options.replay and options.cache) or not _plannable() or recorder() is not None:
+            return self.fn(*args, options=options)
         ak = _arg_key(args)
         if ak is None:
-            return self.fn(*args)
-        key = (_current_device(args), *ak)
+            return self.fn(*args, options=options)
+        key = (_current_device(args), options, *ak)
         plan = self.plans.get(key)
         if plan is not None:
             if plan is _REJECTED or plan.hooked():
-                return self.fn(*args)
+                return self.fn(*args, options=options)
             return plan.run(args)
         if key not in self.seen:  # a signature seen once (varying lengths) costs no record
             _put(self.seen, key, None)
-            return self.fn(*args)
+            return self.fn(*args, options=options)
         self.seen.pop(key, None)
-        return self._record(key, args)
+        return self._record(key, args, options)
 
-    def _record(self, key: tuple, args: tuple) -> Any:
+    def _record(self, key: tuple, args: tuple, options: LaunchOptions) -> Any:
         rec = _Recorder(args)
         TLS.recorder = rec
         try:
             with rec:
-                result = self.fn(*args)
+                result = self.fn(*args, options=options)
         finally:
             TLS.recorder = None
         plan: Any = _REJECTED
@@ -520,8 +521,11 @@ def _put(d: dict, key: tuple, value: Any) -> None:
 
 def planned(fn: Callable[..., Any]) -> _Planned:
     """Decorator: run ``fn`` through recorded launches (Note [eager launch plans]). ``fn`` takes
-    tensors, None, bools, ints and floats, and returns tensors (in tuples and lists); what it
-    launches must follow from the key (the arguments' signature and the current device)."""
+    tensors, None, bools, ints and floats positionally and the ``LaunchOptions`` as the keyword
+    ``options`` (its launches use them; the decorated function takes them as ``options=``, the
+    default ``launch_options.DEFAULT``), and returns tensors (in tuples and lists); what it
+    launches must follow from the key (the arguments' signature, the options and the current
+    device)."""
     planned_fn = _Planned(fn)
     wraps(fn)(planned_fn)
     return planned_fn

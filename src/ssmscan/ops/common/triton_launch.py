@@ -19,8 +19,8 @@ launch options; the device: ``tests/ops/common/test_triton_launch.py`` checks th
 Triton's own specialization) and launches a cached one straight through its ``run`` (the
 compiled launcher). A miss goes through ``JITFunction.run`` (which compiles if needed) and caches
 what it returns. A launch hook (a profiler) or a pre-run hook sends every call the ordinary way.
-``FAST_EAGER = False`` turns the cache off (``benchmarks/selective_scan/host_overhead.py`` times
-both).
+A launcher made with ``LaunchOptions(cache=False)`` (``launch_options``) launches every call the
+ordinary way (``benchmarks/selective_scan/host_overhead.py`` times both).
 
 What it buys is modest (H200 host, 2026-12-01, us of host time per eager call, off -> on, two
 runs): fwd+bwd 1415-1533 -> 1321-1411 fp32 and 1550-1780 -> 1419-1448 bf16 at (1, 1536, 4096,
@@ -55,8 +55,8 @@ from typing import Any
 import torch
 
 from ssmscan.ops.common import launch_plan
+from ssmscan.ops.common.launch_options import DEFAULT, LaunchOptions
 
-FAST_EAGER = True
 _INT32 = (-(2**31), 2**31 - 1)
 _DUMMIES: dict[torch.device, torch.Tensor] = {}
 _TRITON: list[Any] = []
@@ -267,7 +267,9 @@ def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor:
 
 
 class _Launcher:
-    def __init__(self, kernel: Any, check: Callable[[Any], None] | None) -> None:
+    def __init__(
+        self, kernel: Any, check: Callable[[Any], None] | None, options: LaunchOptions = DEFAULT
+    ) -> None:
         from torch._library.triton import set_wrap_triton_enabled
 
         self._jit = kernel
@@ -277,6 +279,8 @@ class _Launcher:
         with set_wrap_triton_enabled(True):
             self._kernel = torch.library.wrap_triton(kernel)
         self._check = check
+        self._cache = options.cache  # Note [eager launch cache]
+        self._check_traced = options.check_traced  # Note [traced layout checks]
         self._checked: dict[int, Any] = {}  # compiled kernels checked (not via the fast path)
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
@@ -290,10 +294,10 @@ class _Launcher:
             return self._recorded(rec, grid, args, kwargs)
         wrapping = is_wrap_triton_enabled()
         like = _first_tensor(args, kwargs)
-        if FAST_EAGER and not wrapping and like.is_cuda:
+        if self._cache and not wrapping and like.is_cuda:
             return _fast_launch(self._jit, grid, args, kwargs, self._check, like)
         args, kwargs = self.traced_args(args, kwargs, like)
-        if self._check is not None and like.is_cuda and wrapping and TRACE_CHECKS:
+        if self._check is not None and like.is_cuda and wrapping and self._check_traced:
             traced_check(self._jit, self._check, args, kwargs, _trace_target())
         if self._check is not None and like.is_cuda and not wrapping:
             compiled = self._jit.warmup(*args, grid=grid, **kwargs)
@@ -328,7 +332,7 @@ class _Launcher:
         rec.paused = True
         try:
             like = _first_tensor(args, kwargs)
-            if FAST_EAGER and not is_wrap_triton_enabled() and like.is_cuda:
+            if self._cache and not is_wrap_triton_enabled() and like.is_cuda:
                 result = _fast_launch(self._jit, grid, args, kwargs, self._check, like, capture)
             else:
                 launch_plan.TLS.recorder = None  # the ordinary path, not recorded again
@@ -355,7 +359,7 @@ class _Launcher:
 # under dynamic shapes, at its hint, read without a guard) and runs the check on that, once per
 # specialization; its failure reaches the launcher's fallback (the 2-D / split kernels) inside
 # the trace. Without a GPU to target (tracing on a CPU-only machine) there is nothing to check.
-TRACE_CHECKS = True
+# A launcher made with ``LaunchOptions(check_traced=False)`` skips it.
 _TRACE_CHECKED: dict[tuple, BaseException | None] = {}
 _TRITON_TYPES = {
     torch.float32: "fp32",
@@ -455,17 +459,20 @@ def traced_check(jit: Any, check: Callable[[Any], None], args: tuple, kwargs: di
         raise failure
 
 
-_LAUNCHERS: dict[tuple[int, Any], _Launcher] = {}
+_LAUNCHERS: dict[tuple[int, Any, LaunchOptions], _Launcher] = {}
 
 
-def launcher(kernel: Any, check: Callable[[Any], None] | None = None) -> _Launcher:
+def launcher(
+    kernel: Any, check: Callable[[Any], None] | None = None, options: LaunchOptions = DEFAULT
+) -> _Launcher:
     """``launcher(kernel)[grid](*args, **kwargs)``: ``wrap_triton`` with ``None`` tensors replaced
     by a placeholder (Note [no None pointers]), eager launches through a cache of compiled
     kernels (Note [eager launch cache]). ``check(compiled)``, if given, sees every kernel an eager
-    CUDA launch compiles before its first launch (and may raise). One launcher per (module-level
-    kernel, check), made on first use."""
-    key = (id(kernel), check)
+    CUDA launch compiles before its first launch (and may raise). ``options``: how it launches
+    (``LaunchOptions``: the cache, traced checks). One launcher per (module-level kernel, check,
+    options), made on first use."""
+    key = (id(kernel), check, options)
     made = _LAUNCHERS.get(key)
     if made is None:
-        made = _LAUNCHERS[key] = _Launcher(kernel, check)
+        made = _LAUNCHERS[key] = _Launcher(kernel, check, options)
     return made

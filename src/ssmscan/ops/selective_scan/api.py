@@ -128,11 +128,14 @@ def _run_op(
     delta_bias: torch.Tensor | None,
     initial_state: torch.Tensor | None,
     delta_softplus: bool,
+    *,
+    eager_fast_path: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, last_state) of the op, or of its eager CUDA fast path, on arguments in the op's
+    """(out, last_state) of the op, or of its eager CUDA fast path where that applies (Note
+    [eager CUDA fast path]; ``eager_fast_path=False``: always the op), on arguments in the op's
     form (real A, time-varying B / C)."""
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
-    if impl != "cpu" and eager.fast_path_ok(tensors, delta_softplus):  # Note [eager CUDA fast path]
+    if eager_fast_path and impl != "cpu" and eager.fast_path_ok(tensors, delta_softplus):
         return eager.selective_scan(*tensors, delta_softplus)
     out, last, _ = torch.ops.ssmscan.selective_scan_fwd(*tensors, delta_softplus)
     return out, last

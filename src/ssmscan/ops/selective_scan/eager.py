@@ -12,7 +12,8 @@ call is plain eager CUDA work: CUDA tensors of the ``torch.Tensor`` / ``nn.Param
 FakeTensor, FunctionalTensor or other subclass), no dispatch or torch-function mode, no functorch
 transform, no profiler (a profile shows the op), not inside ``torch.compile`` tracing or
 ``torch.jit.trace``. Everything else (tracing, export, CPU, float64) takes the op, so graphs
-still hold one ``ssmscan::selective_scan_fwd`` node. ``FAST_PATH = False`` turns it off.
+still hold one ``ssmscan::selective_scan_fwd`` node. The API's ``_run_op(...,
+eager_fast_path=False)`` takes the op instead (the tests compare the two).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import torch
 
 from ssmscan.ops.selective_scan import op
 
-FAST_PATH = True
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -46,8 +46,7 @@ def fast_path_ok(tensors: tuple[torch.Tensor | None, ...], delta_softplus: objec
         return False
     u = tensors[0]
     return (
-        FAST_PATH
-        and type(delta_softplus) is bool  # else the op's schema converts or rejects it
+        type(delta_softplus) is bool  # else the op's schema converts or rejects it
         and isinstance(u, torch.Tensor)
         and u.is_cuda
         and u.dtype != torch.float64

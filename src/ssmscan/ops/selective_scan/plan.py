@@ -243,7 +243,9 @@ class ForwardPlan:
     ``real``: the pass that writes the outputs. ``bc16``: the lane B / C rows' dtype (None:
     fp32). ``a_raw``: the lane kernel reads A as it is. ``direct``: checkpoints written straight
     into the op's output (N = NP). ``records``: segment records of the local pass.
-    ``fallback``: the plan to run where a lane kernel fails its layout check.
+    ``fallback``: the plan to run where a lane kernel fails its layout check. ``ptx``: the
+    kernels use inline PTX (``DeviceFacts.ptx``: the shuffles, ``rcp``), else their portable
+    ``tl`` code (Triton's interpreter, a GPU without PTX); ``PTX`` in every launch's constexprs.
     """
 
     kernel: str
@@ -263,6 +265,7 @@ class ForwardPlan:
     carry: Launch | None
     real: Launch
     fallback: ForwardPlan | None
+    ptx: bool
 
 
 def _concrete(*xs: object) -> bool:
@@ -336,7 +339,7 @@ def _plan_forward(batch, dim, L, N, G, dtype, bc_dtypes, a_plain, facts, policy,
         rows16 = False
     direct = NP == N
     a_raw = lane and direct and dtype != torch.float32 and a_plain
-    consts: dict = dict(NP=NP, CK=ck, BLOCK_D=block_d, SPLIT=nseg > 1,
+    consts: dict = dict(NP=NP, CK=ck, BLOCK_D=block_d, SPLIT=nseg > 1, PTX=facts.ptx,
                         num_warps=warps)  # fmt: skip
     if lane:
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=True, AHEAD=1,
@@ -389,7 +392,7 @@ def _plan_forward(batch, dim, L, N, G, dtype, bc_dtypes, a_plain, facts, policy,
     return ForwardPlan(
         kernel="lane" if lane else "tile", NP=NP, CK=ck, TT=TT, LP=LP, block_d=block_d,
         warps=warps, nseg=nseg, seg=seg, direct=direct, a_raw=a_raw, bc16=bc16, records=records,
-        local=local, carry=carry, real=real, fallback=fallback,
+        local=local, carry=carry, real=real, fallback=fallback, ptx=facts.ptx,
     )  # fmt: skip
 
 
@@ -410,7 +413,9 @@ class BackwardPlan:
     pass), "lane", "split" or None (the 2-D path). ``local``: the segments' local pass, "lane"
     (in the states kernel), "tile" (the 2-D one) or None. ``carry``: "kernel" (a carry pass),
     "main" (the lane main kernel folds the segments itself) or None. ``fallback``: the plan to
-    run where a lane kernel fails its layout check.
+    run where a lane kernel fails its layout check. ``ptx``: the kernels use inline PTX
+    (``DeviceFacts.ptx``: the shuffles, ``rcp``, the L1 prefetch), else their portable ``tl``
+    code; ``emulate`` (its negation): the reduce-scatters' shuffles by ``tl.gather``.
     """
 
     main: str
@@ -432,6 +437,7 @@ class BackwardPlan:
     sum_unroll: int
     states_maxnreg: int
     fallback: BackwardPlan | None
+    ptx: bool
 
 
 def split_applies(N: int, dim: int, G: int, static_len: bool, L: int, aligned: bool,
@@ -517,7 +523,7 @@ def _plan_backward(batch, dim, L, N, G, static_len, aligned, facts, traced, poli
         warps=warps, nseg=nseg, seg=seg, tile_block=tile_block, states_block=states_block,
         LP=padded_steps(L, SPLIT_TT), emulate=not facts.ptx, prefetch_bc=not traced,
         finish_block=max(1, policy.sum_values // NP), sum_unroll=policy.sum_unroll,
-        states_maxnreg=policy.states_maxnreg, fallback=fallback,
+        states_maxnreg=policy.states_maxnreg, fallback=fallback, ptx=facts.ptx,
     )  # fmt: skip
 
 
@@ -526,7 +532,7 @@ _plan_backward_cached = functools.lru_cache(maxsize=1024)(_plan_backward)
 
 def replace(plan: ForwardPlan | BackwardPlan, **changes: object) -> ForwardPlan | BackwardPlan:
     """``dataclasses.replace``: an experiment's variation of a planned plan."""
-    return dataclasses.replace(plan, **changes)
+    return dataclasses.replace(plan, **changes)  # type: ignore[arg-type]  # (fields vary by name)
 
 
 __all__ = [

@@ -67,6 +67,8 @@ import triton
 import triton.language as tl
 from torch._library.triton import is_wrap_triton_enabled
 
+from ssmscan.ops.common.launch_options import DEFAULT as DEFAULT_LAUNCH
+from ssmscan.ops.common.launch_options import LaunchOptions
 from ssmscan.ops.common.launch_plan import planned
 from ssmscan.ops.selective_scan import shapes, triton_bwd_launch
 from ssmscan.ops.selective_scan.layout_check import LaneLayoutError
@@ -256,6 +258,7 @@ def _selective_scan_bwd_tile_kernel(
     # dB / dC by one warp's reduce-scatter (BLOCK_D == 32, one warp): 1 its shuffles, 2 their
     # emulation (the interpreter); 0 ``tl.sum``
     RS: tl.constexpr,
+    PTX: tl.constexpr,  # inline PTX (``rcp``); else portable ``tl`` code
 ):
     """Note [selective scan backward] with Note [selective scan backward tiles]."""
     NT: tl.constexpr = CK // 4
@@ -342,7 +345,7 @@ def _selective_scan_bwd_tile_kernel(
             hs = tl.load(p_sc + k * SZ, mask=m_d2, other=0.0)
             m, p = _tile_offsets(row, m_d, o_t, t0, L)
             b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
-                u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+                u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS, PTX
             )
             b_dtu = b_dt * b_u
             dt0 = _col(b_dt, o_t, 0)
@@ -455,7 +458,7 @@ def _selective_scan_bwd_tile_kernel(
                 b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the HAS_ flag is off
                 dD_acc += tl.sum(b_dy * b_u, axis=1)
             if SOFTPLUS:
-                b_ddt = b_ddt * _sigmoid(b_x)
+                b_ddt = b_ddt * _sigmoid(b_x, PTX)
             b_ddt = tl.where(m, b_ddt, 0.0)
             dbias_acc += tl.sum(b_ddt, axis=1)
             tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)
@@ -502,6 +505,7 @@ def _selective_scan_bwd_local_kernel(
     BLOCK_D: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    PTX: tl.constexpr,  # inline PTX (``rcp``); else portable ``tl`` code
 ):
     """Pass 1 of the backward (Note [selective scan segments]): the adjoint alone, reversed over
     one segment from a zero adjoint; it needs no states."""
@@ -537,7 +541,7 @@ def _selective_scan_bwd_local_kernel(
             b_dt = tl.where(m, b_dt, 0.0)
             if HAS_Z:
                 b_z = tl.load(z + row + t, mask=m, other=0.0).to(tl.float32)
-                b_dy = b_dy * b_z * _sigmoid(b_z)
+                b_dy = b_dy * b_z * _sigmoid(b_z, PTX)
             dt_sum += b_dt
             G_adj = _adjoint_only_step(G_adj, b_A2, b_dt, b_dy, p_C, t, t_end, NP)
     i_bs = i_b * NSEG + i_s
@@ -640,15 +644,17 @@ def backward(
     initial_state: torch.Tensor | None,
     checkpoints: torch.Tensor,
     delta_softplus: bool,
+    *,
+    options: LaunchOptions = DEFAULT_LAUNCH,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
 ]:
     """The gradients, fresh (``shapes.empty_backward_outputs``), from the kernels; in eager
-    through recorded launches (Note [eager launch plans])."""
+    through recorded launches (Note [eager launch plans]) unless ``options`` says otherwise."""
     grads = empty_backward_outputs(u, delta, A, B, C, D, z, delta_bias, initial_state)
     launch(
         dout, dlast_state, u, delta, A, B, C, D, z, delta_bias, initial_state, checkpoints,
-        delta_softplus, *grads[:5], grads[5],
+        delta_softplus, *grads[:5], grads[5], options=options,
     )  # fmt: skip
     return grads
 
@@ -674,9 +680,10 @@ def launch(
     dC: torch.Tensor,
     optional_grads: list[torch.Tensor],
     plan: BackwardPlan | None = None,
+    options: LaunchOptions = DEFAULT_LAUNCH,
 ) -> None:
     """Run the backward into the preallocated gradients (``shapes.empty_backward_outputs``) by
-    ``plan`` (the planner's if None); ``optional_grads`` holds dD, dz, ddelta_bias,
+    ``plan`` (the planner's if None), launched as ``options`` says; ``optional_grads`` holds dD, dz, ddelta_bias,
     dinitial_state for the optional inputs given. A lane kernel that fails its layout check is
     replaced by the plan's fallback (checked before its first launch; every gradient is
     written again)."""
@@ -703,9 +710,9 @@ def launch(
         plan = plan_for(u, A, B, (dout, u, delta, D, z, delta_bias, checkpoints, du, ddelta,
                                   *optional_grads))  # fmt: skip
     try:
-        triton_bwd_launch.run(plan, *args, delta_softplus, *grads)
+        triton_bwd_launch.run(plan, *args, delta_softplus, *grads, options)
     except LaneLayoutError as e:
         if plan.fallback is None:
             raise
         warnings.warn(f"{e}; this call runs the split backward kernels", stacklevel=2)
-        triton_bwd_launch.run(plan.fallback, *args, delta_softplus, *grads)
+        triton_bwd_launch.run(plan.fallback, *args, delta_softplus, *grads, options)

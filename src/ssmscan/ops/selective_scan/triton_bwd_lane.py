@@ -76,7 +76,6 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.selective_scan.triton_common import (
-    _PTX,
     _bfly,
     _fold_chunk_sums,
     _prefetch_l1,
@@ -142,13 +141,14 @@ def _sum_states(x):
 
 
 @triton.jit
-def _prefetch_bc_l1(Bt, Ct, row0, BLOCK_D: tl.constexpr, KL: tl.constexpr, NP: tl.constexpr):
+def _prefetch_bc_l1(Bt, Ct, row0, BLOCK_D: tl.constexpr, KL: tl.constexpr, NP: tl.constexpr,
+                    PTX: tl.constexpr):  # fmt: skip
     """The L1 prefetch of the TT = 8 rows of B_t and of C_t from element ``row0`` of the
     time-padded copies (2 x 512 bytes): one 32-byte sector per thread of the (BLOCK_D, KL) =
     (8, 4) warp. A hint: nothing is read into registers, so no layout assumption (a different
-    layout only prefetches a sector twice); nothing under the interpreter."""
+    layout only prefetches a sector twice); nothing without PTX."""
     tl.static_assert(NP == 16 and BLOCK_D * KL == 32)  # 8 steps x 16 states = 16 sectors each
-    if _PTX:
+    if PTX:
         i = tl.arange(0, BLOCK_D)[:, None] * KL + tl.arange(0, KL)[None, :]  # 0 .. 31
         off = row0 + (i % 16) * 8  # 16 sectors of 8 floats: 8 steps x NP = 16 states
         p = tl.where(i < 16, Bt + off, Ct + off)
@@ -235,6 +235,7 @@ def _selective_scan_bwd_lane_kernel(
     HAS_DLAST: tl.constexpr,
     HAS_SEG: tl.constexpr,
     EMU: tl.constexpr,  # the row shuffles by tl.gather (CPU tensors: the interpreter)
+    PTX: tl.constexpr,  # inline PTX (shuffles, ``rcp``, the L1 prefetch); else portable ``tl``
     PREFETCH: tl.constexpr = True,  # the next tile's inputs loaded before this one computes
     PREFETCH_BC: tl.constexpr = True,  # the next tile's B_t / C_t prefetched into L1
     CARRY: tl.constexpr = False,  # fold the segments to the right here (no carry kernel)
@@ -306,7 +307,9 @@ def _selective_scan_bwd_lane_kernel(
             k = kc1 - 1 - kk
             t0 = k * TT
             if PREFETCH_BC:  # the next tile's B_t / C_t rows toward L1
-                _prefetch_bc_l1(Bt, Ct, bc + tl.maximum(k - 1, k_beg) * TT * NP, BLOCK_D, KL, NP)
+                _prefetch_bc_l1(
+                    Bt, Ct, bc + tl.maximum(k - 1, k_beg) * TT * NP, BLOCK_D, KL, NP, PTX
+                )
             if PREFETCH:
                 cur = nxt
                 # the segment's first tile loads itself again (a valid tile, never used)
@@ -343,7 +346,7 @@ def _selective_scan_bwd_lane_kernel(
                 b_dt = b_x
             b_dt = tl.where(m, b_dt, 0.0)  # padded steps: decay 1, input 0
             if HAS_Z:
-                sig_z = _sigmoid(b_z)
+                sig_z = _sigmoid(b_z, PTX)
                 b_dy = b_do * b_z * sig_z
             else:
                 b_dy = b_do
@@ -357,9 +360,9 @@ def _selective_scan_bwd_lane_kernel(
             dy_all = ()
             b_y = tl.zeros_like(b_u)
             for j in tl.static_range(TT):
-                dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-                dtu_j = _lane_bcast(_slot(b_dtu, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-                dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+                dt_j = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+                dtu_j = _lane_bcast(_slot(b_dtu, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+                dy_j = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
                 a = tl.exp2(dt_j * b_A2)
                 h = a * h + dtu_j * Bs[j]
                 b_y = tl.where(o_j == j, _sum_states(h * Cs[j])[:, None, None], b_y)
@@ -391,7 +394,7 @@ def _selective_scan_bwd_lane_kernel(
                 b_du += b_D[:, None, None] * b_dy  # type: ignore[index]  # None only when the flag is off
                 dD_acc += _sum_states(b_dy * b_u)
             if SOFTPLUS:
-                b_ddt = b_ddt * _sigmoid(b_x)
+                b_ddt = b_ddt * _sigmoid(b_x, PTX)
             b_ddt = tl.where(m, b_ddt, 0.0)
             db_acc += _sum_states(b_ddt)
             tl.store(du + p, tl.reshape(b_du, (BLOCK_D, TT)).to(du.dtype.element_ty), mask=m2)
@@ -437,6 +440,7 @@ def _states_adj_tile_lane(
     TPL: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    PTX: tl.constexpr,
     BCAST_TILE: tl.constexpr = False,
 ):
     """The states kernel's tile with the segments' local adjoint (``ADJ``): the TT steps from t0
@@ -459,9 +463,9 @@ def _states_adj_tile_lane(
     b_dy = b_do.to(tl.float32)
     if HAS_Z:
         b_z = b_z.to(tl.float32)
-        b_dy = b_dy * b_z * _sigmoid(b_z)
+        b_dy = b_dy * b_z * _sigmoid(b_z, PTX)
     b_dy = tl.where(m, b_dy, 0.0)
-    ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # ``_fwd_tile_lane``'s
+    ONE: tl.constexpr = BCAST_TILE and PTX and KL > 1  # ``_fwd_tile_lane``'s
     if ONE:
         bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
         bdys = _tile_bcast1(b_dy, KL, TPL)
@@ -471,9 +475,9 @@ def _states_adj_tile_lane(
             b_duj = bdus[j][:, :, None]
             b_dyj = bdys[j][:, :, None]
         else:
-            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+            b_dyj = _lane_bcast(_slot(b_dy, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
         a = tl.exp2(b_dtj * b_A2)
         h = a * h + b_duj * Bs[j]
         P = P * a
@@ -522,6 +526,7 @@ def _selective_scan_bwd_lane_states_kernel(
     SEG,  # chunks per segment
     HAS_Z: tl.constexpr,
     ADJ: tl.constexpr,
+    PTX: tl.constexpr,  # inline PTX (shuffles, ``rcp``); else portable ``tl`` code
     BCAST_TILE: tl.constexpr = False,  # the forward's
 ):
     """The split backward's states kernel (Note [selective scan backward split] in
@@ -577,7 +582,7 @@ def _selective_scan_bwd_lane_states_kernel(
             nxt_do = _tile_load(dout, row, m_d, t0 + TT, t_end, KL, TPL)
             h, P, g, dt_sum = _states_adj_tile_lane(
                 h, P, g, ins, b_do, b_A2, b_bias, m_d, o_k, o_j, t0, t_end, dt_sum, SOFTPLUS, KL,
-                TPL, HAS_Z, HAS_BIAS, BCAST_TILE,
+                TPL, HAS_Z, HAS_BIAS, PTX, BCAST_TILE,
             )  # fmt: skip
         else:
             h, dt_sum, _nB, _nC = _fwd_tile_lane(
@@ -601,6 +606,7 @@ def _selective_scan_bwd_lane_states_kernel(
                 False,
                 HAS_BIAS,
                 True,
+                PTX,
                 BCAST_TILE=BCAST_TILE,
             )
     if ADJ:

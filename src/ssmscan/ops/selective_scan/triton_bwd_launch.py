@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.launch_options import LaunchOptions
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import triton_bwd, triton_bwd_lane, triton_bwd_split
 from ssmscan.ops.selective_scan.layout_check import check_bwd_lane_layout, check_lane_layout
@@ -28,8 +29,10 @@ from ssmscan.ops.selective_scan.triton_common import (
 class _Inputs:
     """The kernels' forms of the inputs, each made on first use (host time of batch-1 calls)."""
 
-    def __init__(self, B: torch.Tensor, C: torch.Tensor, batch: int, NP: int, LP: int) -> None:
+    def __init__(self, B: torch.Tensor, C: torch.Tensor, batch: int, NP: int, LP: int,
+                 options: LaunchOptions) -> None:  # fmt: skip
         self.B, self.C, self.batch, self.NP, self.LP = B, C, batch, NP, LP
+        self.options = options
         self._plain: dict[int, torch.Tensor] = {}
         self._lane: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -42,7 +45,8 @@ class _Inputs:
     def lane(self) -> tuple[torch.Tensor, torch.Tensor]:
         """B's and C's time-padded copies for the lane kernels, both in one launch."""
         if self._lane is None:
-            self._lane = prep_BC_lane(self.B, self.C, self.batch, self.NP, self.LP)
+            self._lane = prep_BC_lane(self.B, self.C, self.batch, self.NP, self.LP,
+                                      options=self.options)  # fmt: skip
         return self._lane
 
 
@@ -67,8 +71,10 @@ def run(
     dB: torch.Tensor,
     dC: torch.Tensor,
     optional_grads: list[torch.Tensor],
+    options: LaunchOptions,
 ) -> None:
-    """``triton_bwd.launch``'s work for ``plan`` (its arguments, the plan first)."""
+    """``triton_bwd.launch``'s work for ``plan`` (its arguments, the plan first; ``options``: how
+    the launches are made)."""
     batch, dim, L = u.shape
     N = int(A.shape[1])
     NP, G = plan.NP, int(num_groups(B))
@@ -87,7 +93,7 @@ def run(
     tbd, tw = plan.tile_block  # the 2-D local / carry passes' blocks
     tblk = cdiv(dim, tbd)
     lane_local = plan.local == "lane"
-    ins = _Inputs(B, C, batch, NP, LP)
+    ins = _Inputs(B, C, batch, NP, LP, options)
     A2 = prep_A(A, NP)  # (dim, NP): the split kernels'
     # (NP, dim): the tile kernels' and the segments' 2-D local / carry passes'
     need_t = not split or plan.local == "tile"
@@ -115,44 +121,47 @@ def run(
             ck = torch.nn.functional.pad(ck, (0, NP - N))
         tstates = torch.empty((batch, dim, cdiv(L, TT), NP), dtype=f32, device=dev)
     bcast = u.dtype != torch.float32  # the lane kernels' BCAST_TILE
+    # the lane kernels' shuffles assume a layout (checked); without PTX they have none
+    states_check = check_lane_layout(KL) if plan.ptx else None
     sbd, sw = plan.states_block
     if lane_local:  # the lane states kernel runs the local pass too, a program per segment
         seg_loc = torch.empty((batch, nseg, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
-        launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))[
+        launcher(_selective_scan_bwd_lane_states_kernel, states_check, options)[
             (cdiv(dim, sbd), batch, nseg)
         ](
             u_c, delta_c, A2, ins.lane()[0], bias_c, ck, tstates, dim, L, LP, G, NCK, **flags,
             HAS_BIAS=delta_bias is not None, BLOCK_D=sbd, KL=KL, TPL=TPL, dout=dout_c, z=z_c,
             Ct=ins.lane()[1], seg_loc=seg_loc, seg_dt=seg_dt, SEG=seg, HAS_Z=z is not None,
-            ADJ=True, BCAST_TILE=bcast, num_warps=sw,
+            ADJ=True, BCAST_TILE=bcast, PTX=plan.ptx, num_warps=sw,
             **({"maxnreg": plan.states_maxnreg} if plan.states_maxnreg else {}),
         )  # fmt: skip
     elif plan.local == "tile":  # Note [selective scan segments]: the 2-D local adjoint pass
         seg_loc = torch.empty((batch, nseg, NP, dim), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, nseg, dim), dtype=f32, device=dev)
-        launcher(triton_bwd._selective_scan_bwd_local_kernel)[(tblk, batch, nseg)](
+        launcher(triton_bwd._selective_scan_bwd_local_kernel, None, options)[(tblk, batch, nseg)](
             dout_c, delta_c, A2t, ins.plain(1), z_c, bias_c, seg_loc, seg_dt, dim, L, G, NCK - 1,
-            seg, **flags, BLOCK_D=tbd, **has, num_warps=tw,
+            seg, **flags, BLOCK_D=tbd, **has, PTX=plan.ptx, num_warps=tw,
         )  # fmt: skip
     if plan.carry == "kernel":  # the adjoint entering each segment, in the local pass's layout
+        assert seg_loc is not None  # a carry pass comes with a local pass
         seg_adj = torch.empty_like(seg_loc)
-        launcher(triton_bwd._selective_scan_bwd_carry_kernel)[(tblk, batch)](
+        launcher(triton_bwd._selective_scan_bwd_carry_kernel, None, options)[(tblk, batch)](
             A2 if lane_local else A2t, dlast_dn if lane_local else dlast_t, seg_loc, seg_dt,
             seg_adj, dim, nseg, NP=NP, BLOCK_D=tbd, HAS_DLAST=dlast_state is not None,
             DN=lane_local, num_warps=tw,
         )  # fmt: skip
     if plan.states == "lane":  # every tile's start state, all chunks at once
-        launcher(_selective_scan_bwd_lane_states_kernel, check_lane_layout(KL))[
+        launcher(_selective_scan_bwd_lane_states_kernel, states_check, options)[
             (cdiv(dim, sbd), batch, NCK - 1)
         ](
             u_c, delta_c, A2, ins.lane()[0], bias_c, ck, tstates, dim, L, LP, G, NCK, **flags,
             HAS_BIAS=delta_bias is not None, BLOCK_D=sbd, KL=KL, TPL=TPL, dout=None, z=None,
             Ct=None, seg_loc=None, seg_dt=None, SEG=1, HAS_Z=False, ADJ=False,
-            BCAST_TILE=bcast, num_warps=sw,
+            BCAST_TILE=bcast, PTX=plan.ptx, num_warps=sw,
         )  # fmt: skip
     elif plan.states == "split":
-        launcher(triton_bwd_split._selective_scan_bwd_states_kernel)[
+        launcher(triton_bwd_split._selective_scan_bwd_states_kernel, None, options)[
             (cdiv(dim, sbd), batch, NCK - 1)
         ](
             u_c, delta_c, A2, ins.plain(0), bias_c, ck, tstates, dim, L, G, NCK, **flags,
@@ -160,6 +169,7 @@ def run(
         )  # fmt: skip
     # the main kernel: its kernel, B / C, state buffers ((dim, NP) split, (NP, dim) 2-D)
     check: Any = None
+    A2_main: torch.Tensor | None  # the 2-D kernels': A2t (made when ``need_t``)
     if split:
         state_shape: tuple[int, int] = (dim, NP)
         seg_adj_main = seg_adj
@@ -175,7 +185,7 @@ def run(
                 KL=KL, TPL=TPL, EMU=plan.emulate, PREFETCH=True, PREFETCH_BC=plan.prefetch_bc,
                 CARRY=carry_in_main,
             )  # fmt: skip
-            check = check_bwd_lane_layout()
+            check = check_bwd_lane_layout() if plan.ptx else None
             # with CARRY the local pass's adjoints and dt sums, else the carried adjoints
             states: tuple = (
                 (tstates, seg_loc, seg_dt) if carry_in_main else (tstates, seg_adj_main, None)
@@ -205,12 +215,14 @@ def run(
     dDp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if D is not None else None
     dbp = torch.empty((batch, nseg, dim), dtype=f32, device=dev) if delta_bias is not None else None
     dinit = torch.empty((batch, *state_shape), dtype=f32, device=dev)
-    launcher(kernel, check)[(nblk, batch, nseg)](
+    launcher(kernel, check, options)[(nblk, batch, nseg)](
         dout_c, dlast_main, u_c, delta_c, A2_main, Bm, Cm, as_f32(D) if D is not None else None,
         z_c, bias_c, *states, du, ddelta, dz, dAp, dBp, dCp, dDp, dbp, dinit, dim, L, *lp, G,
         NCK, seg, **flags, BLOCK_D=plan.block_d, HAS_D=D is not None, **has,
-        HAS_DLAST=dlast_state is not None, HAS_SEG=nseg > 1, num_warps=plan.warps, **extra,
+        HAS_DLAST=dlast_state is not None, HAS_SEG=nseg > 1, PTX=plan.ptx, num_warps=plan.warps,
+        **extra,
     )  # fmt: skip
-    finish(plan, split, N, G, L, batch, dim, nblk, dAp, dBp, dCp, dDp, dbp, dA, dB, dC, dD, dbias)
+    finish(plan, split, N, G, L, batch, dim, nblk, dAp, dBp, dCp, dDp, dbp, dA, dB, dC, dD, dbias,
+           options)  # fmt: skip
     if dinit_out is not None:
         dinit_out.copy_(dinit[:, :, :N] if split else dinit[:, :N].transpose(1, 2))

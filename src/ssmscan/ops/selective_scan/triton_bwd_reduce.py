@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.launch_options import LaunchOptions
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan.plan import BackwardPlan
 
@@ -156,7 +157,7 @@ def finish(plan: BackwardPlan, split: bool, N: int, G: int, L: int, batch: int, 
             nblk: int, dAp: torch.Tensor, dBp: torch.Tensor, dCp: torch.Tensor,
             dDp: torch.Tensor | None, dbp: torch.Tensor | None, dA: torch.Tensor,
             dB: torch.Tensor, dC: torch.Tensor, dD: torch.Tensor | None,
-            dbias: torch.Tensor | None) -> None:  # fmt: skip
+            dbias: torch.Tensor | None, options: LaunchOptions) -> None:  # fmt: skip
     """The partial sums into the gradients: one kernel where the layouts allow (the host time of
     small launches bounds batch-1 calls), torch ops otherwise."""
     NP, nseg = plan.NP, plan.nseg
@@ -171,7 +172,7 @@ def finish(plan: BackwardPlan, split: bool, N: int, G: int, L: int, batch: int, 
             dA.copy_(dAp.sum((0, 1))[:N].t())
     if finish:  # (nblk, batch, L, NP) -> (batch, G, N, L), one cast-and-transpose pass
         block_l = plan.finish_block
-        launcher(_selective_scan_bwd_sum_partials_kernel)[
+        launcher(_selective_scan_bwd_sum_partials_kernel, None, options)[
             (cdiv(L, block_l) * batch * G, 5)
         ](
             dBp, dCp, dB, dC, nblk // G, batch, L, G, batch * nseg, dAp,

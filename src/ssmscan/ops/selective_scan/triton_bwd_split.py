@@ -188,6 +188,7 @@ def _selective_scan_bwd_states_kernel(
             False,
             HAS_BIAS,
             True,
+            False,  # PTX: not needed (no gate)
         )
 
 
@@ -230,6 +231,7 @@ def _selective_scan_bwd_split_kernel(
     HAS_SEG: tl.constexpr,
     TT: tl.constexpr,  # 8
     EMU: tl.constexpr,  # ``_rs8``'s shuffles by tl.gather (CPU tensors: the interpreter)
+    PTX: tl.constexpr,  # inline PTX (``rcp``); else portable ``tl`` code
 ):
     """Note [selective scan backward split]."""
     i_d = tl.program_id(0)
@@ -286,7 +288,7 @@ def _selective_scan_bwd_split_kernel(
             hs = tl.load(p_ts + k * NP, mask=m_d2, other=0.0)
             m, p = _tile_offsets(row, m_d, o_t, t0, L)
             b_u, b_x, b_dt, b_do, b_z, sig_z, b_dy = _tile_inputs(
-                u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS
+                u, delta, dout, z, m, p, b_bias, SOFTPLUS, HAS_Z, HAS_BIAS, PTX
             )
             b_dtu = b_dt * b_u
             Bs = ()
@@ -341,7 +343,7 @@ def _selective_scan_bwd_split_kernel(
                 b_du += b_D[:, None] * b_dy  # type: ignore[index]  # None only when the flag is off
                 dD_acc += tl.sum(b_dy * b_u, axis=1)
             if SOFTPLUS:
-                b_ddt = b_ddt * _sigmoid(b_x)
+                b_ddt = b_ddt * _sigmoid(b_x, PTX)
             b_ddt = tl.where(m, b_ddt, 0.0)
             db_acc += tl.sum(b_ddt, axis=1)
             tl.store(du + p, b_du.to(du.dtype.element_ty), mask=m)

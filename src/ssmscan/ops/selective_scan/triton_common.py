@@ -110,12 +110,11 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.launch_options import DEFAULT as DEFAULT_LAUNCH
+from ssmscan.ops.common.launch_options import LaunchOptions
 
 LOG2E = math.log2(math.e)
 TILE_T = 4
-# Compiled kernels (inline PTX available) or Triton's CPU interpreter (none): the knob
-# ``triton.jit`` reads when it decorates the kernels of these modules, read at the same time.
-_PTX = tl.constexpr(not triton.knobs.runtime.interpret)
 
 
 @triton.jit
@@ -149,11 +148,11 @@ def _prefetch_l1(p):
 
 
 @triton.jit
-def _rcp(x):
-    """1 / x: compiled, one MUFU.RCP (``rcp.approx.ftz.f32``, at most 1 ulp off; Triton's ``/``
-    is ``div.full.f32``, 8 instructions with its range scaling, H100/H200 SASS); interpreted, a
-    division. Callers' denominators are >= 1."""
-    if _PTX:
+def _rcp(x, PTX: tl.constexpr):
+    """1 / x: with PTX, one MUFU.RCP (``rcp.approx.ftz.f32``, at most 1 ulp off; Triton's ``/``
+    is ``div.full.f32``, 8 instructions with its range scaling, H100/H200 SASS); without (the
+    interpreter, a GPU without PTX), a division. Callers' denominators are >= 1."""
+    if PTX:
         return tl.inline_asm_elementwise(
             "rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
         )
@@ -214,10 +213,10 @@ def _bfly(x, MASK: tl.constexpr):
 
 
 @triton.jit
-def _sigmoid(x):
+def _sigmoid(x, PTX: tl.constexpr):
     """1 / (1 + exp(-x)) with exp2 (``tl.exp`` adds four instructions of denormal handling) and
     ``_rcp``."""
-    return _rcp(1.0 + tl.exp2(x * -1.4426950408889634))
+    return _rcp(1.0 + tl.exp2(x * -1.4426950408889634), PTX)
 
 
 @triton.jit
@@ -246,6 +245,7 @@ def _tile_inputs(
     SOFTPLUS: tl.constexpr,
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    PTX: tl.constexpr,
 ):
     """The (BLOCK_D, TT) tiles at ``_tile_offsets`` (mask m, offsets p), each thread one row of
     TT contiguous steps (Note [selective scan backward tiles] in ``triton_bwd``; the split
@@ -263,7 +263,7 @@ def _tile_inputs(
     b_do = tl.load(dout + p, mask=m, other=0.0).to(tl.float32)
     if HAS_Z:
         b_z = tl.load(z + p, mask=m, other=0.0).to(tl.float32)
-        sig_z = _sigmoid(b_z)
+        sig_z = _sigmoid(b_z, PTX)
         b_dy = b_do * b_z * sig_z
     else:
         b_z = b_do
@@ -360,12 +360,14 @@ def prep_BC_lane(
     NP: int,
     steps: int,
     dtype: torch.dtype = torch.float32,
+    options: LaunchOptions = DEFAULT_LAUNCH,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """B and C, (batch, N, L) or (batch, G, N, L), any strides -> their (batch, G, steps, NP)
     time-major copies in ``dtype`` (fp32, or B's and C's own 16-bit dtype: the forward's
     the plan's ``bc16``), zero-padded states and steps (``steps`` >= L): ``prep_BC``'s
     lane copies, both in one kernel launch (one launch fewer, no separate pad: host time of
-    batch-1 calls) into one buffer; the two are views of it."""
+    batch-1 calls) into one buffer; the two are views of it. ``options``: the launch's
+    (``LaunchOptions``)."""
     if dtype != torch.float32 and not (B.dtype == C.dtype == dtype):
         raise ValueError(
             f"prep_BC_lane: a {dtype} copy of B ({B.dtype}) and C ({C.dtype}) would round them; "
@@ -380,7 +382,7 @@ def prep_BC_lane(
     G, N, L = (1, *B.shape[1:]) if B.dim() == 3 else B.shape[1:]
     out = torch.empty((2, batch, G, steps, NP), dtype=dtype, device=B.device)
     block_t = 64
-    launcher(_prep_bc_kernel)[(cdiv(steps, block_t) * batch * G, 2)](
+    launcher(_prep_bc_kernel, None, options)[(cdiv(steps, block_t) * batch * G, 2)](
         B, C, out, batch, G, N, L, steps, *strides(B), *strides(C), NP=NP, BLOCK_T=block_t,
         num_warps=4,
     )  # fmt: skip

@@ -50,6 +50,8 @@ import triton
 import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.launch_options import DEFAULT as DEFAULT_LAUNCH
+from ssmscan.ops.common.launch_options import LaunchOptions
 from ssmscan.ops.common.launch_plan import planned
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.selective_scan import shapes
@@ -110,6 +112,7 @@ def _fwd_tile(
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     LOCAL: tl.constexpr,
+    PTX: tl.constexpr,
 ):
     """TT time steps t0 .. t0 + TT - 1 (Note [selective scan forward layout]); stores y unless
     LOCAL. Returns (h, dt_sum)."""
@@ -148,7 +151,7 @@ def _fwd_tile(
         if HAS_D:
             b_y += b_D[:, None] * b_u
         if HAS_Z:
-            b_y *= b_z * _sigmoid(b_z)
+            b_y *= b_z * _sigmoid(b_z, PTX)
         tl.store(out + p, b_y.to(out.dtype.element_ty), mask=m)
     return h, dt_sum
 
@@ -185,6 +188,7 @@ def _selective_scan_fwd_kernel(
     LOCAL: tl.constexpr,  # pass 1 of Note [selective scan segments]: from zero, no outputs
     TT: tl.constexpr,  # steps per loop iteration, divides CK
     SPLIT: tl.constexpr,  # several segments (program axis 2)
+    PTX: tl.constexpr,  # inline PTX (``rcp``); else portable ``tl`` code
 ):
     i_d = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
@@ -256,6 +260,7 @@ def _selective_scan_fwd_kernel(
             HAS_Z,
             HAS_BIAS,
             LOCAL,
+            PTX,
         )
     if LOCAL:
         tl.store(seg_state + (i_b * NSEG + i_s) * (dim * NP) + o_dn, h, mask=m_d[:, None])
@@ -302,15 +307,17 @@ def _selective_scan_fwd_carry_kernel(
         tl.store(p_ck + ((s + 1) * SEG) * NP, h, mask=m_d[:, None])
 
 
-def _kernel(name: str, KL: int):
-    """The launcher of a plan's kernel ``name`` (the lane kernels with their layout check)."""
+def _kernel(name: str, KL: int, ptx: bool, options: LaunchOptions):
+    """The launcher of a plan's kernel ``name`` (the lane kernels with their layout check where
+    they use PTX shuffles: their portable code assumes no layout)."""
+    check = check_lane_layout(KL, True) if ptx else None
     if name == "fwd_lane":
-        return launcher(_selective_scan_fwd_lane_kernel, check_lane_layout(KL, True))
+        return launcher(_selective_scan_fwd_lane_kernel, check, options)
     if name == "fwd_lane2":
-        return launcher(_selective_scan_fwd_lane2_kernel, check_lane_layout(KL, True))
+        return launcher(_selective_scan_fwd_lane2_kernel, check, options)
     if name == "fwd_tile":
-        return launcher(_selective_scan_fwd_kernel)
-    return launcher(_selective_scan_fwd_carry_kernel)
+        return launcher(_selective_scan_fwd_kernel, None, options)
+    return launcher(_selective_scan_fwd_carry_kernel, None, options)
 
 
 def plan_for(
@@ -344,11 +351,15 @@ def forward(
     delta_bias: torch.Tensor | None,
     initial_state: torch.Tensor | None,
     delta_softplus: bool,
+    *,
+    options: LaunchOptions = DEFAULT_LAUNCH,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, last_state, checkpoints), fresh (``shapes.empty_forward_outputs``), from the
-    kernels; in eager through recorded launches (Note [eager launch plans])."""
+    kernels; in eager through recorded launches (Note [eager launch plans]) unless ``options``
+    says otherwise."""
     outs = empty_forward_outputs(u, A)
-    launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs)
+    launch(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, *outs,
+           options=options)  # fmt: skip
     return outs
 
 
@@ -367,10 +378,11 @@ def launch(
     last_state: torch.Tensor,
     checkpoints: torch.Tensor,
     plan: ForwardPlan | None = None,
+    options: LaunchOptions = DEFAULT_LAUNCH,
 ) -> None:
     """Run the forward into the preallocated ``out``, ``last_state``, ``checkpoints``
-    (``shapes.empty_forward_outputs``) by ``plan`` (the planner's if None). Inputs may have any
-    strides. A lane kernel that fails its layout check is replaced by the plan's fallback (the
+    (``shapes.empty_forward_outputs``) by ``plan`` (the planner's if None), launched as
+    ``options`` says (``LaunchOptions``). Inputs may have any strides. A lane kernel that fails its layout check is replaced by the plan's fallback (the
     check runs before its first launch: nothing was written)."""
     if u.dtype == torch.float64:
         _launch_host(u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus, out,
@@ -383,12 +395,12 @@ def launch(
     plan = plan if plan is not None else plan_for(u, A, B, C)
     args = (u, delta, A, B, C, D, z, delta_bias, initial_state, delta_softplus)
     try:
-        _launch(*args, out, last_state, checkpoints, plan)
+        _launch(*args, out, last_state, checkpoints, plan, options)
     except LaneLayoutError as e:
         if plan.fallback is None:
             raise
         warnings.warn(f"{e}; this call runs the 2-D forward kernel", stacklevel=2)
-        _launch(*args, out, last_state, checkpoints, plan.fallback)
+        _launch(*args, out, last_state, checkpoints, plan.fallback, options)
 
 
 def _launch_host(*args: object) -> None:
@@ -399,6 +411,7 @@ def _launch_host(*args: object) -> None:
     host = [t.cpu() if isinstance(t, torch.Tensor) else None for t in ins]
     res = torch.ops.ssmscan.selective_scan_fwd_cpu(*host, softplus)
     for dst, src in zip((out, last_state, checkpoints), res):
+        assert isinstance(dst, torch.Tensor)  # (the outputs: ``launch``'s tensors)
         dst.copy_(src)
 
 
@@ -417,6 +430,7 @@ def _launch(
     last_state: torch.Tensor,
     checkpoints: torch.Tensor,
     plan: ForwardPlan,
+    options: LaunchOptions,
 ) -> None:
     batch, dim, L = u.shape
     N = int(A.shape[1])
@@ -436,7 +450,7 @@ def _launch(
         init_t = torch.zeros((batch, dim, NP), dtype=f32, device=dev)
         init_t[:, :, :N].copy_(initial_state)
     if lane:  # both copies in one launch; bf16 pairs as int32 words (the kernels' BC16 = 1)
-        Bt, Ct = prep_BC_lane(B, C, batch, NP, plan.LP, plan.bc16 or f32)
+        Bt, Ct = prep_BC_lane(B, C, batch, NP, plan.LP, plan.bc16 or f32, options)
         if plan.bc16 == torch.bfloat16:
             Bt, Ct = Bt.view(torch.int32), Ct.view(torch.int32)
     else:
@@ -472,7 +486,7 @@ def _launch(
         seg_state = torch.empty((batch, plan.records, dim, NP), dtype=f32, device=dev)
         seg_dt = torch.empty((batch, plan.records, dim), dtype=f32, device=dev)
         loc = plan.local
-        _kernel(loc.kernel, KL)[loc.grid](
+        _kernel(loc.kernel, KL, plan.ptx, options)[loc.grid](
             **args, seg_state=seg_state, seg_dt=seg_dt, **last, **sizes, **loc.args(), **flags,
             **loc.kw(),
         )  # fmt: skip
@@ -480,14 +494,14 @@ def _launch(
             carried = {"seg_state": seg_state, "seg_dt": seg_dt}
         else:
             assert plan.carry is not None  # the 2-D kernel's segments have a carry pass
-            _kernel(plan.carry.kernel, KL)[plan.carry.grid](
+            _kernel(plan.carry.kernel, KL, plan.ptx, options)[plan.carry.grid](
                 args["A2"], init_t, seg_state, seg_dt, ckt, dim, NCK, **plan.carry.args(),
                 HAS_INIT=initial_state is not None, **plan.carry.kw(),
             )  # fmt: skip
     if lane:
         last["last"] = last_state if direct else None
     real = plan.real
-    _kernel(real.kernel, KL)[real.grid](
+    _kernel(real.kernel, KL, plan.ptx, options)[real.grid](
         **args, **carried, **last, **sizes, **real.args(), **flags, **real.kw()
     )
     if not direct:

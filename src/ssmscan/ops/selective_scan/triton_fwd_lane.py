@@ -93,7 +93,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _PTX, _bfly, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _bfly, _sigmoid, _softplus
 
 
 @triton.jit
@@ -213,13 +213,13 @@ def _tile_bcast1(x, KL: tl.constexpr, TPL: tl.constexpr):
 
 
 @triton.jit
-def _lane_bcast(v, o_k, K: tl.constexpr, KL: tl.constexpr):
-    """Every lane of a channel gets lane K's element of v (BLOCK_D, KL): one ``shfl.sync.idx``
-    within segments of KL lanes (``c`` = segment mask << 8 | clamp); interpreted, a masked sum
-    (shape (BLOCK_D, 1))."""
+def _lane_bcast(v, o_k, K: tl.constexpr, KL: tl.constexpr, PTX: tl.constexpr):
+    """Every lane of a channel gets lane K's element of v (BLOCK_D, KL): with PTX one
+    ``shfl.sync.idx`` within segments of KL lanes (``c`` = segment mask << 8 | clamp); else a
+    masked sum (shape (BLOCK_D, 1))."""
     if KL == 1:
         return v
-    elif _PTX:
+    elif PTX:
         vi = v.to(tl.int32, bitcast=True)
         src = tl.full(v.shape, K, tl.int32)
         seg = tl.full(v.shape, ((32 - KL) << 8) | 0x1F, tl.int32)
@@ -237,17 +237,17 @@ def _lane_bcast(v, o_k, K: tl.constexpr, KL: tl.constexpr):
 
 
 @triton.jit
-def _k_xor(x, M: tl.constexpr, o_k2):
-    """x (rows, KL) of lane k ^ M within the channel's lanes (``shfl.sync.bfly``). Interpreted:
-    a gather (o_k2: (1, KL) lane index)."""
-    if _PTX:
+def _k_xor(x, M: tl.constexpr, o_k2, PTX: tl.constexpr):
+    """x (rows, KL) of lane k ^ M within the channel's lanes (with PTX ``shfl.sync.bfly``; else
+    a gather, o_k2: (1, KL) lane index)."""
+    if PTX:
         return _bfly(x, M)
     else:
         return tl.gather(x, tl.broadcast_to(o_k2 ^ M, x.shape), axis=1)
 
 
 @triton.jit
-def _y_scatter(ys, o_k2):
+def _y_scatter(ys, o_k2, PTX: tl.constexpr):
     """The 8 steps' y of a tile from ``ys``, 8 (rows, KL = 4) per-lane partial sums (lane k's
     states), reduced over the 4 lanes and scattered so that lane k keeps steps 2 k, 2 k + 1:
     (rows, 4, 2), a (rows, KL, TPL) tile. Two butterfly rounds: lanes 2 apart exchange the
@@ -258,11 +258,11 @@ def _y_scatter(ys, o_k2):
     for m in tl.static_range(4):
         keep = tl.where(hi, ys[4 + m], ys[m])
         send = tl.where(hi, ys[m], ys[4 + m])
-        r = r + (keep + _k_xor(send, 2, o_k2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
+        r = r + (keep + _k_xor(send, 2, o_k2, PTX),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     odd = (o_k2 & 1) == 1
     # (mypy sees r as the empty tuple it starts as)
-    y0 = tl.where(odd, r[2], r[0]) + _k_xor(tl.where(odd, r[0], r[2]), 1, o_k2)  # type: ignore[misc]
-    y1 = tl.where(odd, r[3], r[1]) + _k_xor(tl.where(odd, r[1], r[3]), 1, o_k2)  # type: ignore[misc]
+    y0 = tl.where(odd, r[2], r[0]) + _k_xor(tl.where(odd, r[0], r[2]), 1, o_k2, PTX)  # type: ignore[misc]
+    y1 = tl.where(odd, r[3], r[1]) + _k_xor(tl.where(odd, r[1], r[3]), 1, o_k2, PTX)  # type: ignore[misc]
     return tl.join(y0, y1)
 
 
@@ -399,6 +399,7 @@ def _fwd_tile_lane(
     HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     LOCAL: tl.constexpr,
+    PTX: tl.constexpr,
     Y_SCATTER: tl.constexpr = False,
     ROLL: tl.constexpr = False,
     q_B=None,
@@ -434,7 +435,7 @@ def _fwd_tile_lane(
     SH: tl.constexpr = (1, KL, Bs[0].shape[2])  # a B / C row as loaded (ROLL)
     NPL: tl.constexpr = KL * Bs[0].shape[2]
     SPT: tl.constexpr = b_A2.shape[2]
-    ONE: tl.constexpr = BCAST_TILE and _PTX and KL > 1  # the tile's shuffles in one asm
+    ONE: tl.constexpr = BCAST_TILE and PTX and KL > 1  # the tile's shuffles in one asm
     if ONE:
         bdts, bdus = _tile_bcast(b_dt, b_du, KL, TPL)
     for j in tl.static_range(TT):
@@ -442,8 +443,8 @@ def _fwd_tile_lane(
             b_dtj = bdts[j][:, :, None]
             b_duj = bdus[j][:, :, None]
         else:
-            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            b_dtj = _lane_bcast(_slot(b_dt, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+            b_duj = _lane_bcast(_slot(b_du, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
         h = tl.exp2(b_dtj * b_A2) * h + b_duj * _bc_f32(Bs[j], SPT)
         if not LOCAL:
             if SCATTER:
@@ -459,12 +460,12 @@ def _fwd_tile_lane(
                 nCs = nCs + (nBs[j],)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
     if not LOCAL:
         if SCATTER:
-            b_y = _y_scatter(ys, o_k[None, :])
+            b_y = _y_scatter(ys, o_k[None, :], PTX)
         if HAS_D:
             b_y += b_D[:, None, None] * b_u
         if HAS_Z:
             b_z = b_z.to(tl.float32)
-            b_y *= b_z * _sigmoid(b_z)
+            b_y *= b_z * _sigmoid(b_z, PTX)
         o_tt = t0 + tl.arange(0, TT)
         p = row[:, None] + o_tt[None, :]
         if t_end is None:
@@ -552,6 +553,7 @@ def _selective_scan_fwd_lane_kernel(
     SPLIT: tl.constexpr,  # several segments (program axis 2)
     A_RAW: tl.constexpr,  # A2 is A: scaled by log2(e) here (the same fp32 product)
     HAS_LAST: tl.constexpr,  # also write the final state to ``last``
+    PTX: tl.constexpr,  # inline PTX (shuffles, ``rcp``); else portable ``tl`` code
     # y reduced over a tile's lanes once per tile (``_y_scatter``; 16 states)
     Y_SCATTER: tl.constexpr = False,
     # tiles ahead that u, delta, z are loaded (1, or 2 with EVEN; B / C rows: one)
@@ -677,7 +679,7 @@ def _selective_scan_fwd_lane_kernel(
             )
         h, dt_sum, n_B, n_C = _fwd_tile_lane(
             h, ins, b_A2, out, b_bias, b_D, row, m_d, o_k, o_j, t0, t_m, dt_sum, SOFTPLUS,
-            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, Y_SCATTER, BC_ROLL,
+            KL, TPL, HAS_D, HAS_Z, HAS_BIAS, LOCAL, PTX, Y_SCATTER, BC_ROLL,
             p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW, BCAST_TILE,
         )  # fmt: skip
         if BC_ROLL:

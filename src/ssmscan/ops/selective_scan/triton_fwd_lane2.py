@@ -57,7 +57,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ssmscan.ops.selective_scan.triton_common import _PTX, _sigmoid, _softplus
+from ssmscan.ops.selective_scan.triton_common import _sigmoid, _softplus
 from ssmscan.ops.selective_scan.triton_fwd_lane import (
     _bc_f32,
     _lane_bc_loads,
@@ -120,16 +120,16 @@ def _elem_prep(ins, b_bias, m, SOFTPLUS: tl.constexpr, HAS_BIAS: tl.constexpr):
 
 @triton.jit
 def _y_out(ys, b_u, b_z, b_D, out, row, m_d, o_k, t0, t_end, KL: tl.constexpr, TPL: tl.constexpr,
-           HAS_D: tl.constexpr, HAS_Z: tl.constexpr):  # fmt: skip
+           HAS_D: tl.constexpr, HAS_Z: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
     """A half's y of the tile from its per-lane partial sums: reduced and scattered over the
     lanes (``_y_scatter``), plus D u, times silu(z), stored."""
     TT: tl.constexpr = KL * TPL
-    b_y = _y_scatter(ys, o_k[None, :])
+    b_y = _y_scatter(ys, o_k[None, :], PTX)
     if HAS_D:
         b_y += b_D[:, None, None] * b_u
     if HAS_Z:
         b_z = b_z.to(tl.float32)
-        b_y *= b_z * _sigmoid(b_z)
+        b_y *= b_z * _sigmoid(b_z, PTX)
     o_tt = t0 + tl.arange(0, TT)
     p = row[:, None] + o_tt[None, :]
     if t_end is None:  # ``EVEN``
@@ -144,7 +144,7 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
                     row0, row1, m_d0, m_d1, o_k, o_j, t0, t_end, q_B, q_C,
                     SOFTPLUS: tl.constexpr, KL: tl.constexpr, TPL: tl.constexpr,
                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    BCAST_TILE: tl.constexpr):  # fmt: skip
+                    BCAST_TILE: tl.constexpr, PTX: tl.constexpr):  # fmt: skip
     """The TT = KL * TPL steps from t0 of both halves (``_fwd_tile_lane``'s real pass, one copy
     of the rows Bs / Cs for both), y stored; returns (h0, h1, the next tile's B rows, its C
     rows), row j loaded from q_B / q_C right after step j."""
@@ -157,7 +157,7 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
         m1 = m_d1[:, None, None] & (t0 + o_j < t_end)
     u0, dt0, du0, z0 = _elem_prep(ins0, b_bias0, m0, SOFTPLUS, HAS_BIAS)
     u1, dt1, du1, z1 = _elem_prep(ins1, b_bias1, m1, SOFTPLUS, HAS_BIAS)
-    ONE: tl.constexpr = BCAST_TILE and _PTX
+    ONE: tl.constexpr = BCAST_TILE and PTX
     if ONE:
         bdt0, bdu0 = _tile_bcast(dt0, du0, KL, TPL)
         bdt1, bdu1 = _tile_bcast(dt1, du1, KL, TPL)
@@ -175,10 +175,10 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
             a1 = bdt1[j][:, :, None]
             c1 = bdu1[j][:, :, None]
         else:
-            a0 = _lane_bcast(_slot(dt0, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            c0 = _lane_bcast(_slot(du0, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            a1 = _lane_bcast(_slot(dt1, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
-            c1 = _lane_bcast(_slot(du1, j % TPL, TPL), o_k, j // TPL, KL)[:, :, None]
+            a0 = _lane_bcast(_slot(dt0, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+            c0 = _lane_bcast(_slot(du0, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+            a1 = _lane_bcast(_slot(dt1, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
+            c1 = _lane_bcast(_slot(du1, j % TPL, TPL), o_k, j // TPL, KL, PTX)[:, :, None]
         b_B = _bc_f32(Bs[j], SPT)
         b_C = _bc_f32(Cs[j], SPT)
         h0 = tl.exp2(a0 * b_A0) * h0 + c0 * b_B
@@ -187,8 +187,8 @@ def _fwd_tile_lane2(h0, h1, ins0, ins1, Bs, Cs, b_A0, b_A1, out, b_bias0, b_bias
         ys1 = ys1 + (tl.sum(h1 * b_C, axis=2),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         nBs = nBs + (tl.reshape(tl.load(q_B + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
         nCs = nCs + (tl.reshape(tl.load(q_C + j * NPL), SH),)  # type: ignore[assignment]  # noqa: RUF005  (Triton tuples)
-    _y_out(ys0, u0, z0, b_D0, out, row0, m_d0, o_k, t0, t_end, KL, TPL, HAS_D, HAS_Z)
-    _y_out(ys1, u1, z1, b_D1, out, row1, m_d1, o_k, t0, t_end, KL, TPL, HAS_D, HAS_Z)
+    _y_out(ys0, u0, z0, b_D0, out, row0, m_d0, o_k, t0, t_end, KL, TPL, HAS_D, HAS_Z, PTX)
+    _y_out(ys1, u1, z1, b_D1, out, row1, m_d1, o_k, t0, t_end, KL, TPL, HAS_D, HAS_Z, PTX)
     return h0, h1, nBs, nCs
 
 
@@ -247,6 +247,7 @@ def _selective_scan_fwd_lane2_kernel(
     SPLIT: tl.constexpr,
     A_RAW: tl.constexpr,
     HAS_LAST: tl.constexpr,
+    PTX: tl.constexpr,  # inline PTX (shuffles, ``rcp``); else portable ``tl`` code
     BCAST_TILE: tl.constexpr = False,
     SEG_T: tl.constexpr = False,
     BC16: tl.constexpr = 0,  # the lane kernel's: 16-bit Bt / Ct rows
@@ -347,7 +348,7 @@ def _selective_scan_fwd_lane2_kernel(
         h0, h1, nB, nC = _fwd_tile_lane2(
             h0, h1, i0, i1, nB, nC, b_A0, b_A1, out, b_bias0, b_bias1, b_D0, b_D1, row0, row1,
             m_d0, m_d1, o_k, o_j, t0, t_m, p_B + (t0 + TT) * RW, p_C + (t0 + TT) * RW,
-            SOFTPLUS, KL, TPL, HAS_D, HAS_Z, HAS_BIAS, BCAST_TILE,
+            SOFTPLUS, KL, TPL, HAS_D, HAS_Z, HAS_BIAS, BCAST_TILE, PTX,
         )  # fmt: skip
     if t_end == L:  # the last segment: the final checkpoint entry (and state)
         NC = NCK - 1
