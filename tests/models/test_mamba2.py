@@ -589,7 +589,9 @@ def test_gradients_match_float64_reference_model(packed):
 
 
 @pytest.mark.parametrize(
-    "cfg", [TINY, dataclasses.replace(ODD, D_has_hdim=False)], ids=["tiny", "odd"]
+    "cfg",
+    [pytest.param(TINY, marks=pytest.mark.slow), dataclasses.replace(ODD, D_has_hdim=False)],
+    ids=["tiny", "odd"],
 )
 def test_logits_match_transformers_mamba2(cfg):
     """The same weights in transformers' Mamba2ForCausalLM (its pure-PyTorch path), an
