@@ -299,3 +299,15 @@ def test_dry_run_puts_every_op_in_tensorrt(torch_tensorrt):
     assert result.all_in_tensorrt, (result.unsupported, result.engines, result.torch_blocks)
     assert result.readiness.ready, result.readiness
     _check_numerics(result.graph(*args), args)
+
+
+@pytest.mark.tensorrt
+def test_registered_pass_alone_lowers_inside_torch_tensorrt(torch_tensorrt):
+    """``ssd_scan_fwd`` handed to Torch-TensorRT as is: ssmscan's registered post-lowering pass
+    replaces it by the parallel form there."""
+    from ssmscan.export.tensorrt import tensorrt_dry_run
+
+    args = _inputs(37)
+    result = tensorrt_dry_run(Block().eval(), args, lower_first=False)
+    assert result.all_in_tensorrt, (result.unsupported, result.engines, result.torch_blocks)
+    _check_numerics(result.graph(*args), args)

@@ -38,7 +38,7 @@ CONFIGS = {
     ),
 }
 ARG_ORDER = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx")
-BANNED = ("ones_like", "zeros_like", "empty_like", "full_like", "new_")
+BANNED = ("ones_like", "zeros_like", "empty_like", "full_like", "new_", "alias")
 
 
 def _leaves(kw, dtype=None):
@@ -168,9 +168,11 @@ def _targets(gm):
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def test_parallel_trace_is_plain_aten_without_factories(ssd_inputs):
-    """No higher-order op, no ``*_like`` / ``new_*`` factory: what Torch-TensorRT and ONNX convert."""
-    kw = ssd_inputs(L=63, dtype=torch.bfloat16, **CONFIGS["packed"][0])
+@pytest.mark.parametrize("L", [1, 16, 63], ids=lambda L: f"L{L}")
+def test_parallel_trace_is_plain_aten_without_factories(L, ssd_inputs):
+    """No higher-order op, no ``*_like`` / ``new_*`` factory, no ``alias``: what Torch-TensorRT
+    and ONNX convert (one chunk, a whole chunk, a padded one)."""
+    kw = ssd_inputs(L=L, dtype=torch.bfloat16, **CONFIGS["packed"][0])
     targets = _targets(_trace(ssd_scan_parallel, kw, chunk_size=CHUNK))
     assert all(t.startswith("aten.") for t in targets), targets
     assert not any(bad in t for t in targets for bad in BANNED), targets

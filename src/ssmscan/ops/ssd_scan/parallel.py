@@ -17,7 +17,8 @@ README.md's Note [SSD chunked form], restructured so that nothing is quadratic i
 Memory: the (Q, Q) decays and scores of every chunk and head, (batch, nheads, L / Q, Q, Q), and
 the chunk states, (batch, L / Q, nheads, headdim, dstate): linear in L.
 
-No higher-order op, no data-dependent control flow, no ``*_like`` / ``new_*`` factory: every op
+No higher-order op, no data-dependent control flow, no ``*_like`` / ``new_*`` factory, no
+``alias`` (full-range slices are avoided; Torch-TensorRT's re-decomposition rejects them): every op
 is a slice, cat, pad, reshape, permute, cast, comparison, ``where``, cumulative sum, pointwise
 op, sum or matmul, so the traced graph passes ``ssmscan.passes.check_tensorrt_ready``. The
 length must be static (the chunks are planned at trace time); for a dynamic length use
@@ -44,9 +45,9 @@ def _segments(seq_idx: torch.Tensor, cdt: torch.dtype) -> torch.Tensor:
     """``common.segment_ids`` for a static length, as exact integers in ``cdt`` and without a
     constant factory: (batch, L) -> (batch, L)."""
     s = seq_idx.to(cdt)
+    if s.shape[1] == 1:  # (a full-range slice would trace as an alias)
+        return (s != 0).to(cdt)
     first = (s[:, :1] != 0).to(cdt)
-    if s.shape[1] == 1:
-        return first
     changes = (s[:, 1:] != s[:, :-1]).to(cdt)
     return torch.cumsum(torch.cat([first, changes], dim=1), dim=1)
 
@@ -155,7 +156,7 @@ def ssd_scan_parallel(
             seg = torch.cat([seg, seg[:, -1:].expand(batch, pad)], dim=1)
         segc = seg.reshape(batch, nc, Q)
         last = segc[..., -1]  # (b, c): segment at each chunk's end
-        prev = last[:, :1] * 0 if nc == 1 else F.pad(last[:, :-1], (1, 0))  # before each chunk
+        prev = last * 0 if nc == 1 else F.pad(last[:, :-1], (1, 0))  # before each chunk
         to_end = (segc == last[..., None]).to(cdt)[:, :, None]  # (b, c, 1, Q)
         from_start = (segc == prev[..., None]).to(cdt)[:, :, None]
         carry = (last == prev).to(cdt)[:, :, None]  # (b, c, 1)
@@ -188,14 +189,12 @@ def ssd_scan_parallel(
         entering = torch.cat([h0.unsqueeze(1), after[:, :-1]], dim=1)  # (b, c, H, P, N)
 
     # 4. the carried state read out through C, decayed from the chunk's start
-    if entering is not None:
-        nce = entering.shape[1]
-        S = entering.reshape(batch, nce, G, hpg * headdim, dstate).transpose(-1, -2)
-        CS = torch.matmul(Cc[:, :nce], S).reshape(batch, nce, G, Q, hpg, headdim)
-        w = torch.exp(cs[:, :nce])
-        w = w if from_start is None else w * from_start[:, :nce]
-        y_off = CS.permute(0, 1, 2, 4, 3, 5) * w.reshape(batch, nce, G, hpg, Q, 1)
-        y = y + y_off
+    if entering is not None:  # (b, c, H, P, N)
+        S = entering.reshape(batch, nc, G, hpg * headdim, dstate).transpose(-1, -2)
+        CS = torch.matmul(Cc, S).reshape(batch, nc, G, Q, hpg, headdim)
+        w = torch.exp(cs)
+        w = w if from_start is None else w * from_start
+        y = y + CS.permute(0, 1, 2, 4, 3, 5) * w.reshape(batch, nc, G, hpg, Q, 1)
 
     y = y.permute(0, 1, 4, 2, 3, 5).reshape(batch, nc * Q, nheads, headdim)
     if pad:
