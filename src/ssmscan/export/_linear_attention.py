@@ -289,7 +289,7 @@ def _staged_schema() -> Any:
         STAGED_NAME,
         STAGING_DOMAIN,
         1,
-        doc=real.doc,
+        doc=real.doc or "",
         inputs=[
             OpSchema.FormalParameter(i.name, i.type_str, param_option=i.option) for i in real.inputs
         ],
