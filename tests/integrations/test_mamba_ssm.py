@@ -15,6 +15,9 @@ import inspect
 import itertools
 import math
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from ssmscan.testing import assert_close_to_reference, make_selective_scan_input
 
 F64 = torch.float64
 MAMBA_SSM_SRC = Path(os.environ.get("MAMBA_SSM_SRC", "/tmp/mb/mamba_ssm-2.3.2.post1"))
+RUNNER = Path(__file__).resolve().parents[2] / "benchmarks/integrations/run_mamba_ssm_tests.py"
 
 # mamba-ssm 2.3.2's signatures, as its source spells them (checked against the source below
 # when it is present)
@@ -336,16 +340,17 @@ def _packed(L, cu, first_id=0):
 
 VARLEN_CASES = [
     # a first sequence ending inside the first chunk (with initial states), a one-token sequence
-    pytest.param(63, [0, 5, 21, 22, 63], 0, id="L63-Q16-seqs5,16,1,41"),
+    pytest.param(63, [0, 5, 21, 22, 63], 0, torch.float32, id="L63-Q16-seqs5,16,1,41-fp32"),
+    pytest.param(63, [0, 5, 21, 22, 63], 0, torch.bfloat16, id="L63-Q16-seqs5,16,1,41-bf16"),
     # tokens after the last sequence; ids from 3, so no sequence sees the initial state
-    pytest.param(63, [0, 40, 50], 3, id="L63-Q16-seqs40,10-tail13-ids3"),
-    pytest.param(1, [0, 1], 0, id="L1-Q16-seqs1"),
+    pytest.param(63, [0, 40, 50], 3, torch.float32, id="L63-Q16-seqs40,10-tail13-ids3-fp32"),
+    pytest.param(1, [0, 1], 0, torch.float32, id="L1-Q16-seqs1-fp32"),
 ]
 
 
-@pytest.mark.parametrize(("L", "cu", "first_id"), VARLEN_CASES)
-def test_varlen_states_are_each_sequences_final_state(L, cu, first_id):
-    kw = _ssd_inputs(1, L, full=True, seed=L + len(cu))
+@pytest.mark.parametrize(("L", "cu", "first_id", "dtype"), VARLEN_CASES)
+def test_varlen_states_are_each_sequences_final_state(L, cu, first_id, dtype):
+    kw = _ssd_inputs(1, L, dtype=dtype, full=True, seed=L + len(cu))
     cu_seqlens, seq_idx = _packed(L, cu, first_id)
     ours = _leaves(kw)
     out, final, varlen = mm.mamba_chunk_scan_combined(
@@ -355,8 +360,8 @@ def test_varlen_states_are_each_sequences_final_state(L, cu, first_id):
     assert varlen.shape == (len(cu) - 1, 4, 8, 16) and varlen.dtype == torch.float32
     ref_kw = _leaves(kw, F64)
     ref_out, ref_final = _ssd_reference(ref_kw, seq_idx=seq_idx)
-    assert_close_to_reference("out", out, ref_out, torch.float32)
-    assert_close_to_reference("final_states", final, ref_final, torch.float32)
+    assert_close_to_reference("out", out, ref_out, dtype)
+    assert_close_to_reference("final_states", final, ref_final, dtype)
     # each sequence scanned alone; the first from initial_states when its id is 0
     h0 = ref_kw.pop("initial_states")
     ref_varlen = []
@@ -365,7 +370,7 @@ def test_varlen_states_are_each_sequences_final_state(L, cu, first_id):
         start = h0 if i == 0 and first_id == 0 else torch.zeros_like(h0)
         ref_varlen.append(_ssd_reference(piece, initial_states=start)[1][0])
     ref_varlen = torch.stack(ref_varlen)
-    assert_close_to_reference("varlen_states", varlen, ref_varlen, torch.float32)
+    assert_close_to_reference("varlen_states", varlen, ref_varlen, dtype)
     # gradients flow through the varlen states too (mamba-ssm has no backward for them)
     gv = _cotangent(varlen.shape)
     varlen.backward(gv.float())
@@ -373,7 +378,7 @@ def test_varlen_states_are_each_sequences_final_state(L, cu, first_id):
     dh0 = h0.grad if h0.grad is not None else torch.zeros_like(h0)  # unseen: zero gradient
     ref_grads = _grads(ref_kw) | {"initial_states": dh0}
     for name in ("x", "dt", "B", "dt_bias", "initial_states"):
-        assert_close_to_reference(f"d{name}", ours[name].grad, ref_grads[name], torch.float32)
+        assert_close_to_reference(f"d{name}", ours[name].grad, ref_grads[name], dtype)
 
 
 def test_mamba_chunk_scan_combined_return_forms():
@@ -565,3 +570,38 @@ def test_selective_state_update_more_rows_needs_indices():
     kw = _step_inputs("mamba1", rows=5)
     with pytest.raises(ValueError, match="state"):
         mm.selective_state_update(**kw)
+
+
+# ------------------------------------------------------------- the runner of mamba-ssm's tests
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch, triton and mamba-ssm's modules: ~15 s
+def test_runner_redirects_mamba_ssms_tests(ref, tmp_path):
+    """benchmarks/integrations/run_mamba_ssm_tests.py --cpu on a test written as mamba-ssm's are
+    (imports from mamba-ssm's modules, tensors on "cuda"): it runs on ssmscan's functions."""
+    pytest.importorskip("triton", reason="mamba-ssm's modules import triton")
+    pytest.importorskip("packaging", reason="mamba-ssm's modules import packaging")
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "test_selective_scan.py").write_text(
+        textwrap.dedent("""
+            import torch
+            from mamba_ssm.ops.selective_scan_interface import selective_scan_fn, selective_scan_ref
+            from ssmscan.integrations import mamba_ssm as ours
+
+            def test_scan():
+                device = "cuda"
+                assert selective_scan_fn is ours.selective_scan_fn
+                u, delta = torch.randn(1, 2, 7, device=device), torch.rand(1, 2, 7, device=device)
+                A, B, C = -torch.rand(2, 3), torch.randn(1, 3, 7), torch.randn(1, 3, 7)
+                out = selective_scan_fn(u, delta, A, B, C, delta_softplus=True)
+                ref = selective_scan_ref(u, delta, A, B, C, delta_softplus=True)
+                assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
+        """)
+    )
+    run = subprocess.run(
+        [sys.executable, str(RUNNER), "--tests", str(tmp_path), "--mamba-src", str(MAMBA_SSM_SRC),
+         "--cpu", "--", "-q"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "1 passed" in run.stdout and "selective_scan_fn*" in run.stdout, run.stdout[-3000:]
