@@ -265,12 +265,12 @@ def test_weights_are_shared_and_switching_is_idempotent(family):
 
 
 def test_unsupported_models_are_rejected_naming_the_families():
-    assert [f.name for f in FAMILIES] == ["Mamba", "FalconMamba", "Jamba", "Zamba"]
+    assert [f.name for f in FAMILIES][:4] == ["Mamba", "FalconMamba", "Jamba", "Zamba"]
     gpt2 = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16, n_positions=8)
     )
     for model in (gpt2, torch.nn.Linear(2, 2)):
-        with pytest.raises(TypeError, match=r"\(Mamba, FalconMamba, Jamba, Zamba\)"):
+        with pytest.raises(TypeError, match=r"\(Mamba, FalconMamba, Jamba, Zamba, "):
             use_ssmscan(model)
 
 

@@ -1,10 +1,13 @@
 """Hugging Face transformers: run transformers' SSM models on ssmscan ops.
 
 Supported families (each a row of ``FAMILIES``: transformers' mixer class and the ssmscan
-subclass that replaces its ``forward``): Mamba (``MambaMixer``), FalconMamba
+subclass that replaces its ``forward``). Mamba-1: Mamba (``MambaMixer``), FalconMamba
 (``FalconMambaMixer``: RMS norms on dt, B, C), Jamba (``JambaMambaMixer``: RMS norms with
-weights) and Zamba (``ZambaMambaMixer``: several Mamba heads, one grouped scan). A family with
-another mixer adds its row.
+weights) and Zamba (``ZambaMambaMixer``: several Mamba heads, one grouped scan). Mamba-2 (one SSD
+scan per chunk): Mamba2 (``Mamba2Mixer``), Bamba (``BambaMixer``), GraniteMoeHybrid
+(``GraniteMoeHybridMambaLayer``), NemotronH (``NemotronHMamba2Mixer``), FalconH1
+(``FalconH1Mixer``: input and projection multipliers, optional gated norm) and Zamba2
+(``Zamba2MambaMixer``). A family with another mixer adds its row.
 
 How transformers (5.x; 5.24 and 5.25 are tested) runs a Mamba-1 mixer: ``forward(hidden_states,
 cache, attention_mask)`` runs a causal depthwise convolution and a selective scan through
@@ -15,8 +18,9 @@ without them they are a sequential Python loop over time. The decode state lives
 ``update_recurrent_state``); ``get_*`` return None until the layer has seen a first forward.
 
 ``use_ssmscan(model)`` switches every supported mixer's class to an ssmscan subclass whose
-``forward`` is the same computation on ``ssmscan.selective_scan`` (a multi-token chunk, one fused
-op continuing from the cached state) and ``ssmscan::selective_state_update`` (one token), reading
+``forward`` is the same computation on ``ssmscan.selective_scan`` (Mamba-2: ``ssmscan.ssd_scan``;
+a multi-token chunk, one fused op continuing from the cached state) and
+``ssmscan::selective_state_update`` (one token; Mamba-2's 4-D state layout), reading
 and writing the same cache through its public methods. Parameters, buffers and the state dict are
 untouched (no weights are copied), so the model still saves, loads and generates as before.
 
@@ -38,10 +42,11 @@ The cache protocol followed, feature by feature (each detected on the cache obje
   chunk is longer than ``k``. transformers' own path passes ``min(k, L)`` states, so rejecting a
   whole ``k``-token draft (chunk of ``k + 1`` tokens) restores the state from before the chunk.
 
-One deliberate difference: when a cache already holds a state and a multi-token chunk arrives
-(chunked prefill, assisted decoding), transformers' torch path scans the chunk's head from a zero
-state (its "initial hidden state is not supported"); the ssmscan mixer continues from the cached
-state, which is what the recurrence means. For ordinary forwards and ``generate`` the two agree.
+One deliberate difference for Mamba-1: when a cache already holds a state and a multi-token chunk
+arrives (chunked prefill, assisted decoding), transformers' torch path scans the chunk's head from
+a zero state (its "initial hidden state is not supported"); the ssmscan mixer continues from the
+cached state, which is what the recurrence means (transformers' Mamba-2 path does so too). For
+ordinary forwards and ``generate`` the two agree.
 """
 
 from __future__ import annotations
@@ -50,10 +55,18 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
+from transformers.models.bamba.modeling_bamba import BambaMixer
+from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Mixer
 from transformers.models.falcon_mamba.modeling_falcon_mamba import FalconMambaMixer
+from transformers.models.granitemoehybrid.modeling_granitemoehybrid import (
+    GraniteMoeHybridMambaLayer,
+)
 from transformers.models.jamba.modeling_jamba import JambaMambaMixer
 from transformers.models.mamba.modeling_mamba import MambaMixer
+from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
 from transformers.models.zamba.modeling_zamba import ZambaMambaMixer
+from transformers.models.zamba2.modeling_zamba2 import Zamba2MambaMixer
 
 from ssmscan.integrations._hf_mamba1 import (
     SsmscanFalconMambaMixer,
@@ -61,14 +74,28 @@ from ssmscan.integrations._hf_mamba1 import (
     SsmscanMambaMixer,
     SsmscanZambaMambaMixer,
 )
+from ssmscan.integrations._hf_mamba2 import (
+    SsmscanBambaMixer,
+    SsmscanFalconH1Mixer,
+    SsmscanGraniteMoeHybridMambaLayer,
+    SsmscanMamba2Mixer,
+    SsmscanNemotronHMamba2Mixer,
+    SsmscanZamba2MambaMixer,
+)
 from ssmscan.ops.selective_scan.api import Impl
 
 __all__ = [
     "FAMILIES",
     "Family",
+    "SsmscanBambaMixer",
+    "SsmscanFalconH1Mixer",
     "SsmscanFalconMambaMixer",
+    "SsmscanGraniteMoeHybridMambaLayer",
     "SsmscanJambaMambaMixer",
+    "SsmscanMamba2Mixer",
     "SsmscanMambaMixer",
+    "SsmscanNemotronHMamba2Mixer",
+    "SsmscanZamba2MambaMixer",
     "SsmscanZambaMambaMixer",
     "use_ssmscan",
 ]
@@ -94,6 +121,12 @@ FAMILIES: tuple[Family, ...] = (
     Family("FalconMamba", FalconMambaMixer, SsmscanFalconMambaMixer),
     Family("Jamba", JambaMambaMixer, SsmscanJambaMambaMixer),
     Family("Zamba", ZambaMambaMixer, SsmscanZambaMambaMixer),
+    Family("Mamba2", Mamba2Mixer, SsmscanMamba2Mixer),
+    Family("Bamba", BambaMixer, SsmscanBambaMixer),
+    Family("GraniteMoeHybrid", GraniteMoeHybridMambaLayer, SsmscanGraniteMoeHybridMambaLayer),
+    Family("NemotronH", NemotronHMamba2Mixer, SsmscanNemotronHMamba2Mixer),
+    Family("FalconH1", FalconH1Mixer, SsmscanFalconH1Mixer),
+    Family("Zamba2", Zamba2MambaMixer, SsmscanZamba2MambaMixer),
 )
 
 
@@ -114,17 +147,20 @@ def _family_of(module: torch.nn.Module) -> Family | None:
 def use_ssmscan(model: torch.nn.Module, impl: Impl = "auto") -> torch.nn.Module:
     """Switch a transformers SSM model's mixers to ssmscan ops, in place, without copying weights.
 
-    Every mixer of a supported family (Mamba, FalconMamba, Jamba, Zamba; see ``FAMILIES``)
-    becomes its ssmscan subclass (same parameters, same cache); a multi-token chunk runs one
-    ``ssmscan.selective_scan`` per layer, a decode step one ``selective_state_update``. The model
+    Every mixer of a supported family (Mamba, FalconMamba, Jamba, Zamba, Mamba2, Bamba,
+    GraniteMoeHybrid, NemotronH, FalconH1, Zamba2; see ``FAMILIES``) becomes its ssmscan subclass
+    (same parameters, same cache); a multi-token chunk runs one ``ssmscan.selective_scan`` (Mamba-2
+    families: ``ssmscan.ssd_scan``) per layer, a decode step one ``selective_state_update``. The model
     works with ``generate()`` (greedy, sampling, beam search, continued and assisted generation)
     and with ``torch.compile(fullgraph=True)``. Calling it again only updates ``impl``.
 
     Args:
         model: a transformers model (e.g. ``MambaForCausalLM``, ``FalconMambaModel``,
-            ``JambaForCausalLM``, ``ZambaForCausalLM``) holding at least one supported mixer.
+            ``JambaForCausalLM``, ``Mamba2ForCausalLM``, ``BambaForCausalLM``) holding at least
+            one supported mixer.
         impl: scan implementation: ``"auto"`` (the kernel for the device), ``"cpu"``,
-            ``"triton"`` or ``"reference"``.
+            ``"triton"`` or ``"reference"``. ``ssmscan.ssd_scan`` has CPU kernels only: a
+            Mamba-2 family on a GPU needs ``"reference"`` until its GPU kernels land.
 
     Returns:
         The same model object.
