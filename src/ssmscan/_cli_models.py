@@ -33,24 +33,6 @@ class _LogitsOnly(torch.nn.Module):
         return self.model(input_ids, use_cache=False).logits
 
 
-def _hf_tiny() -> LoadedModel:
-    try:
-        import transformers
-
-        from ssmscan.integrations.transformers import use_ssmscan
-    except ImportError as e:
-        raise UsageError(
-            f"model 'hf-tiny' needs transformers ({e}); install it with: pip install 'ssmscan[hf]'"
-        ) from None
-    cfg = transformers.MambaConfig(
-        vocab_size=256, hidden_size=64, state_size=16, num_hidden_layers=2, expand=2
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.MambaForCausalLM(cfg)
-    return LoadedModel("hf-tiny", _LogitsOnly(use_ssmscan(model)).eval(), cfg.vocab_size)
-
-
 def _vocab_size(module: torch.nn.Module) -> int | None:
     for owner in (getattr(module, "config", None), module):
         v = getattr(owner, "vocab_size", None)
@@ -103,7 +85,9 @@ def _from_file(spec: str) -> LoadedModel:
 
 def load_model(spec: str) -> LoadedModel:
     """``tiny`` (or another ``MambaConfig`` preset), ``tiny-mamba2`` (or another
-    ``Mamba2Config`` preset with ``-mamba2``), ``hf-tiny`` or ``path/to/file.py:factory``.
+    ``Mamba2Config`` preset with ``-mamba2``), ``hf-tiny``, ``hf-<family>-tiny`` (a tiny
+    transformers model of a family ``use_ssmscan`` supports: ``ssmscan._cli_hf_models``) or
+    ``path/to/file.py:factory``.
 
     Args:
         spec: the ``--model`` argument. A factory is called with no arguments and returns an
@@ -115,12 +99,14 @@ def load_model(spec: str) -> LoadedModel:
 
     Raises:
         UsageError: an unknown name, a bad ``file.py:factory``, or transformers missing for
-            ``hf-tiny``.
+            the ``hf-`` models.
     """
     from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, build_model
 
-    if spec == "hf-tiny":
-        return _hf_tiny()
+    if spec == "hf-tiny" or (spec.startswith("hf-") and spec.endswith("-tiny")):
+        from ssmscan._cli_hf_models import load_hf_tiny
+
+        return load_hf_tiny(spec)
     if spec in MambaConfig.PRESETS:
         model = build_model(spec).eval()
         return LoadedModel(spec, model, model.config.vocab_size)
@@ -130,7 +116,8 @@ def load_model(spec: str) -> LoadedModel:
     if ":" in spec:
         return _from_file(spec)
     raise UsageError(
-        f"unknown model {spec!r}: expected hf-tiny, a preset ({', '.join(MambaConfig.PRESETS)}), "
+        f"unknown model {spec!r}: expected hf-tiny, hf-<family>-tiny, a preset "
+        f"({', '.join(MambaConfig.PRESETS)}), "
         f"a Mamba-2 preset ({', '.join(p + '-mamba2' for p in Mamba2Config.PRESETS)}) "
         "or path/to/file.py:factory"
     )
