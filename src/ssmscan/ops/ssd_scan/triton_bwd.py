@@ -147,7 +147,8 @@ def _ssd_scan_bwd_dx_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,  # next_pow2(NBLK)
     PRECISION: tl.constexpr,
-    F32_OPERANDS: tl.constexpr,
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in x's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """dx, dz, d(dt) and the partials of dD, dA of one chunk and head (Note [SSD Triton
     backward], 4)."""
@@ -156,7 +157,10 @@ def _ssd_scan_bwd_dx_kernel(
     i_b = i_bh // H
     i_h = i_bh % H
     i_g = i_h // (H // G)
-    DOT = x.dtype.element_ty
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
     o_t = i_c * CHUNK + o_i
     m_t = o_t < L
@@ -181,7 +185,7 @@ def _ssd_scan_bwd_dx_kernel(
         m_bc = m_t[:, None] & (o_n < N)[None, :]
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
-        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, F32_OPERANDS)
+        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
     b_M = (b_cb * b_decay).to(DOT)
     b_Mt = tl.trans(b_M)
     o_k = tl.arange(0, BLOCK_K)
@@ -217,10 +221,10 @@ def _ssd_scan_bwd_dx_kernel(
             m_st = m_n[:, None] & m_p[None, :]
             b_St = tl.load(states + o_st, mask=m_st, other=0.0).to(DOT)
             b_dSt = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
-            b_off += _dot(b_C, b_St, PRECISION, F32_OPERANDS)
-            b_dxs += _dot(b_B, b_dSt, PRECISION, F32_OPERANDS)
+            b_off += _dot(b_C, b_St, PRECISION, EMULATE)
+            b_dxs += _dot(b_B, b_dSt, PRECISION, EMULATE)
         b_dxs = b_dxs * b_e[:, None]
-        b_y = b_off * b_w[:, None] + _dot(b_M, b_X.to(DOT), PRECISION, F32_OPERANDS)
+        b_y = b_off * b_w[:, None] + _dot(b_M, b_X.to(DOT), PRECISION, EMULATE)
         if HAS_D:
             if D_PER_HEAD:
                 b_Dp = tl.load(Dv + i_h).to(tl.float32) + tl.zeros((BLOCK_P,), tl.float32)
@@ -232,7 +236,7 @@ def _ssd_scan_bwd_dx_kernel(
                 b_yz = b_y + b_Dp[None, :] * b_x
             b_dz = b_do * b_yz * b_sig * (1.0 + b_z * (1.0 - b_sig))
             tl.store(dz + o_x, b_dz.to(dz.dtype.element_ty), mask=m_x)
-        b_dX = _dot(b_Mt, b_g.to(DOT), PRECISION, F32_OPERANDS) + b_dxs
+        b_dX = _dot(b_Mt, b_g.to(DOT), PRECISION, EMULATE) + b_dxs
         b_dcs += tl.sum(b_g * b_y, 1) - tl.sum(b_X * b_dX, 1)
         b_tend += tl.sum(b_X * b_dxs, 1)
         b_ddt += tl.sum(b_dX * b_x, 1)
@@ -288,7 +292,8 @@ def _ssd_scan_bwd_dbc_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
-    F32_OPERANDS: tl.constexpr,
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in x's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """dB, dC of one chunk, group and dstate block, summed over the group's heads (Note [SSD
     Triton backward], 5)."""
@@ -298,7 +303,10 @@ def _ssd_scan_bwd_dbc_kernel(
     i_b = i_bg // G
     i_g = i_bg % G
     HG = H // G
-    DOT = x.dtype.element_ty
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
     o_t = i_c * CHUNK + o_i
     m_t = o_t < L
@@ -342,13 +350,13 @@ def _ssd_scan_bwd_dbc_kernel(
             b_dS = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
             b_gd = b_g.to(DOT)
             b_Xd = b_X.to(DOT)
-            b_dC += _dot((b_g * b_w[:, None]).to(DOT), b_S, PRECISION, F32_OPERANDS)
-            b_dB += _dot((b_X * b_e[:, None]).to(DOT), b_dS, PRECISION, F32_OPERANDS)
-            b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, F32_OPERANDS)
+            b_dC += _dot((b_g * b_w[:, None]).to(DOT), b_S, PRECISION, EMULATE)
+            b_dB += _dot((b_X * b_e[:, None]).to(DOT), b_dS, PRECISION, EMULATE)
+            b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, EMULATE)
         b_dcb += b_gx * _decay(b_cs, b_s, CHUNK, HAS_SEG)
     b_dcbd = b_dcb.to(DOT)
-    b_dC += _dot(b_dcbd, b_B, PRECISION, F32_OPERANDS)
-    b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, F32_OPERANDS)
+    b_dC += _dot(b_dcbd, b_B, PRECISION, EMULATE)
+    b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, EMULATE)
     tl.store(dC + o_bc, b_dC.to(dC.dtype.element_ty), mask=m_bc)
     tl.store(dB + o_bc, b_dB.to(dB.dtype.element_ty), mask=m_bc)
 
@@ -416,11 +424,13 @@ def launch(
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     f32, dev = torch.float32, x.device
     final = torch.empty((batch, H, P, N), dtype=f32, device=dev)
-    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan)
+    f32_dot = plan.f32_dot and x.dtype != f32
+    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan,
+                                       f32_dot)  # fmt: skip
     NC = states.shape[1]
     Q = plan.chunk
     dstates = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
-    chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan)
+    chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan, f32_dot)
     nblk = cdiv(P * N, plan.pass_block)
     dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
     launcher(_ssd_scan_bwd_pass_kernel)[(batch * H, nblk)](
@@ -441,14 +451,14 @@ def launch(
         D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
         HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p, BLOCK_N=block_n,
         BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
-        F32_OPERANDS=plan.f32_operands, num_warps=plan.warps_dx,
+        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dx,
         num_stages=plan.stages,
     )  # fmt: skip
     launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G, cdiv(N, block_n))](
         x, z, dout, B, C, seg, dtp, cs, states, dstates, dB, dC, L, H, P, G, N, NC,
         HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p,
         BLOCK_N=block_n, PRECISION=prec,
-        F32_OPERANDS=plan.f32_operands, num_warps=plan.warps_dbc, num_stages=plan.stages,
+        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dbc, num_stages=plan.stages,
     )  # fmt: skip
     dA.copy_(dA32.sum(dim=(0, 2)))
     ddt.copy_(ddt32)

@@ -95,12 +95,27 @@ def _decay(b_cs, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
 
 
 @triton.jit
-def _dot(a, b, PRECISION: tl.constexpr, F32_OPERANDS: tl.constexpr):
-    """``tl.dot(a, b)`` with float32 accumulation; with F32_OPERANDS the (already rounded)
-    operands multiplied in float32: Triton 3.6's interpreter multiplies bfloat16 operands as
-    their raw 16-bit patterns (NumPy has no bfloat16), so the plan sets it there for bf16."""
-    if F32_OPERANDS:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+def _round_tf32(a):
+    """float32 rounded to TF32's 10-bit mantissa (to nearest, ties to even), as the tensor cores
+    read a TF32 operand."""
+    i = a.to(tl.int32, bitcast=True)
+    i = (i + 0xFFF + ((i >> 13) & 1)) & -8192
+    return i.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dot(a, b, PRECISION: tl.constexpr, EMULATE: tl.constexpr):
+    """``tl.dot(a, b)`` at PRECISION with float32 accumulation. EMULATE (Triton's interpreter):
+    the operands rounded as the tensor cores would read them (TF32 when PRECISION is "tf32"),
+    then multiplied in IEEE float32; 16-bit operands multiplied in float32 too, since the
+    interpreter (3.6) multiplies bfloat16 operands as their raw 16-bit patterns."""
+    if EMULATE:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+        if PRECISION == "tf32":
+            a = _round_tf32(a)
+            b = _round_tf32(b)
+        return tl.dot(a, b, input_precision="ieee")
     return tl.dot(a, b, input_precision=PRECISION)
 
 
@@ -145,7 +160,8 @@ def _ssd_scan_fwd_state_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,  # tl.dot input precision of float32 operands
-    F32_OPERANDS: tl.constexpr,  # operands rounded, then multiplied in float32 (_dot)
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in v's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """END: states[c] = sum_j e_j dt_j x_j B_jᵀ (Note [SSD Triton forward], 1). Not END (the
     backward's Note [SSD Triton backward], 2): states[c] = sum_j w_j g_j C_jᵀ with
@@ -190,10 +206,14 @@ def _ssd_scan_fwd_state_kernel(
         if HAS_Z:
             b_z = tl.load(z + o_v, mask=m_v, other=0.0).to(tl.float32)
             b_v = b_v * b_z * tl.sigmoid(b_z)
-    b_v = (b_v * b_coef[None, :]).to(v.dtype.element_ty)
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = v.dtype.element_ty
+    b_v = (b_v * b_coef[None, :]).to(DOT)
     o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
-    b_u = tl.load(u + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(v.dtype.element_ty)
-    b_acc = _dot(b_v, b_u, PRECISION, F32_OPERANDS)
+    b_u = tl.load(u + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
+    b_acc = _dot(b_v, b_u, PRECISION, EMULATE)
     o_st = (((i_b * NC + i_c) * H + i_h) * P + o_p[:, None]) * N + o_n[None, :]
     tl.store(states + o_st, b_acc, mask=m_p[:, None] & m_n[None, :])
 
@@ -266,7 +286,8 @@ def _ssd_scan_fwd_out_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
-    F32_OPERANDS: tl.constexpr,
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in x's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x, out = y silu(z) (Note [SSD Triton
     forward], 3)."""
@@ -276,7 +297,10 @@ def _ssd_scan_fwd_out_kernel(
     i_b = i_bh // H
     i_h = i_bh % H
     i_g = i_h // (H // G)
-    DOT = x.dtype.element_ty
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
     o_t = i_c * CHUNK + o_i
     m_t = o_t < L
@@ -303,14 +327,14 @@ def _ssd_scan_fwd_out_kernel(
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_St = tl.load(p_state + o_p[None, :] * N + o_n[:, None],
                        mask=m_n[:, None] & m_p[None, :], other=0.0).to(DOT)  # fmt: skip
-        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, F32_OPERANDS)
-        b_off += _dot(b_C, b_St, PRECISION, F32_OPERANDS)
+        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+        b_off += _dot(b_C, b_St, PRECISION, EMULATE)
     o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
     m_x = m_t[:, None] & m_p[None, :]
     b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
     b_X = (b_x * b_d[:, None]).to(DOT)
     b_M = (b_cb * b_decay).to(DOT)
-    b_y = b_off * b_w[:, None] + _dot(b_M, b_X, PRECISION, F32_OPERANDS)
+    b_y = b_off * b_w[:, None] + _dot(b_M, b_X, PRECISION, EMULATE)
     if HAS_D:
         if D_PER_HEAD:
             b_y += tl.load(Dv + i_h).to(tl.float32) * b_x
@@ -353,9 +377,11 @@ def chunk_states(
     end: bool,
     dt_opts: dict,
     plan: SSDPlan,
+    f32_dot: bool = False,
 ) -> None:
     """Launch ``_ssd_scan_fwd_state_kernel`` over every chunk, head and state block (contiguous
-    operands; ``end``: the forward's chunk states, writing dtp and cs)."""
+    operands; ``end``: the forward's chunk states, writing dtp and cs; ``f32_dot``: float32
+    matmul operands at TF32 for 16-bit inputs, the backward's)."""
     batch, L, H, P = v.shape
     G, N = u.shape[2], u.shape[3]
     NC = states.shape[1]
@@ -364,13 +390,15 @@ def chunk_states(
         v, z, dt, dt_bias, A, u, seg, dtp, cs, states, L, H, P, G, N, NC, **dt_opts,
         END=end, WRITE_DT=end, HAS_Z=z is not None, HAS_SEG=seg is not None,
         CHUNK=plan.chunk, BLOCK_P=plan.block_p, BLOCK_N=plan.block_n,
-        PRECISION=precision(plan, v.dtype),
-        F32_OPERANDS=plan.f32_operands, num_warps=plan.warps_state,
+        PRECISION=precision(plan, v.dtype), F32_DOT=f32_dot,
+        EMULATE=plan.emulate, num_warps=plan.warps_state,
     )  # fmt: skip
 
 
 def precision(plan: SSDPlan, dtype: torch.dtype) -> str:
-    """The ``tl.dot`` input precision of operands of ``dtype``: the plan's for float32."""
+    """The ``tl.dot`` input precision for inputs of ``dtype``: the plan's for float32; "tf32"
+    (the tensor cores' float32 mode, or Triton's default for 16-bit operands, which it ignores)
+    otherwise."""
     return plan.precision if dtype == torch.float32 else "tf32"
 
 
@@ -405,6 +433,7 @@ def recompute_states(
     final: torch.Tensor,
     dt_opts: dict,
     plan: SSDPlan,
+    f32_dot: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Steps 1 and 2 of Note [SSD Triton forward] on contiguous operands: (dtp, cs, states
     entering each chunk); ``final`` written."""
@@ -416,7 +445,7 @@ def recompute_states(
     dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
     cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
     states = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
-    chunk_states(x, None, dt, dt_bias, A, B, seg, dtp, cs, states, True, dt_opts, plan)
+    chunk_states(x, None, dt, dt_bias, A, B, seg, dtp, cs, states, True, dt_opts, plan, f32_dot)
     pass_states(states, init, final, cs, seg, L, plan)
     return dtp, cs, states
 
@@ -467,16 +496,17 @@ def launch(
     seg = segment_ids(seq_idx) if seq_idx is not None else None
     init = _contiguous(initial_states)
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
-    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan)
+    f32_dot = plan.f32_dot and x.dtype != torch.float32
+    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan,
+                                       f32_dot)  # fmt: skip
     NC = states.shape[1]
     grid = (NC, batch * H, cdiv(P, plan.block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
         x, z, D, B, C, seg, dtp, cs, states, out, L, H, P, G, N, NC,
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
         HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.block_p,
-        BLOCK_N=min(plan.block_n, 64), PRECISION=precision(plan, x.dtype),
-        F32_OPERANDS=plan.f32_operands,
-        num_warps=plan.warps_out, num_stages=plan.stages,
+        BLOCK_N=min(plan.block_n, 64), PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
+        EMULATE=plan.emulate, num_warps=plan.warps_out, num_stages=plan.stages,
     )  # fmt: skip
 
 

@@ -1,0 +1,316 @@
+"""GPU benchmark of the SSD scan: ssmscan's Triton kernels, mamba-ssm's
+``mamba_chunk_scan_combined`` and flash-linear-attention's ``chunk_simple_gla`` side by side.
+
+Shapes are (batch, L, nheads, headdim, ngroups, dstate). Two problems:
+
+* ``full``: Mamba-2's layer as mamba-ssm runs it (z, D per head, dt_bias, softplus): ssmscan
+  and mamba-ssm (its chunk 256, what Mamba-2 models use);
+* ``core``: the bare recurrence (no z, D, bias or softplus; positive dt), which is what
+  ``chunk_simple_gla`` computes (q = C, k = B, v = dt x, g = dt A, scale 1, the heads' copies of
+  B and C made inside the timed call): all three.
+
+Correctness first: every variant runs once at batch 1 of the shape and its output, final state
+(where it returns one) and every gradient are compared with autograd of the float64 chunked
+reference (``ssd_scan_chunked_reference``, equal to the sequential one to 1e-15) on the same
+inputs; a variant beyond ``tolerance(dtype) * --tol-factor`` is reported and not timed. Times
+are ``triton.testing.do_bench`` medians (ms), forward and forward+backward. Each row also gives
+the fraction of the floor: max(bytes / copy bandwidth, matmul FLOPs / bf16 matmul rate), both
+measured here (a device-to-device copy, a 8192³ matmul), FLOPs counted at chunk 64 for the
+minimal chunked algorithm (C·Bᵀ once per group, states, read-out, intra-chunk product; the
+backward counted as twice the forward).
+
+    PYTHONPATH=src python benchmarks/ssd_scan/bench_gpu.py [--dtype bf16] [--out results.json]
+    TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/ssd_scan/bench_gpu.py --check-only \\
+        --device cpu --shapes 1,70,4,16,2,16      # the correctness gate under the interpreter
+
+mamba-ssm comes from its unpacked sdist (``--mamba-src``, default
+/tmp/mb/mamba_ssm-2.3.2.post1: only its Triton SSD modules are imported, no build needed);
+flash-linear-attention from an installed ``fla`` package. Either missing is reported and
+skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import types
+
+import torch
+
+from ssmscan.ops.ssd_scan import op as _op  # noqa: F401  (registers the ops)
+from ssmscan.ops.ssd_scan.reference import ssd_scan_chunked_reference
+from ssmscan.testing import tolerance
+
+SHAPES = [(8, 2048, 24, 64, 1, 128), (4, 4096, 48, 64, 8, 128), (16, 512, 24, 64, 1, 128)]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+GRADS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+
+
+def make(batch, L, H, P, G, N, dtype, device, full, seed=0):
+    """Mamba-2-like inputs: dt in [1e-3, 0.1] after bias and softplus (``full``) or as is."""
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*s, dt=dtype):
+        return torch.randn(*s, generator=g).to(dt).to(device)
+
+    lo, hi = math.log(1e-3), math.log(1e-1)
+    dt = torch.exp(torch.rand(batch, L, H, generator=g) * (hi - lo) + lo)
+    kw = dict(x=r(batch, L, H, P), A=-torch.exp(0.5 * torch.randn(H, generator=g)).to(device),
+              B=r(batch, L, G, N), C=r(batch, L, G, N))  # fmt: skip
+    if full:
+        bias = torch.exp(torch.rand(H, generator=g) * (hi - lo) + lo)
+
+        def inv(y):
+            return y + torch.log(-torch.expm1(-y))
+
+        kw.update(dt=(inv(dt) - inv(bias)).to(dtype).to(device), dt_bias=inv(bias).to(device),
+                  D=r(H, dt=torch.float32), z=r(batch, L, H, P))  # fmt: skip
+    else:
+        kw["dt"] = dt.to(dtype).to(device)
+    return kw
+
+
+# --- the variants: fn(kw, full) -> (out, final or None), differentiable ------------------------
+
+
+def ours(kw, full):
+    x = kw["x"]
+    if x.is_cuda:
+        return torch.ops.ssmscan.ssd_scan_fwd(
+            x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"), kw.get("dt_bias"),
+            None, None, full, 0.0, float("inf"), 64,
+        )  # fmt: skip
+    return _Interpreted.apply(x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"),
+                              kw.get("dt_bias"), full)  # fmt: skip
+
+
+class _Interpreted(torch.autograd.Function):
+    """The launchers on CPU tensors (Triton's interpreter): the op's CPU path is the C kernel."""
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, z, dt_bias, full):
+        from ssmscan.ops.ssd_scan import triton_fwd
+
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias)
+        ctx.full = full
+        return triton_fwd.forward(x, dt, A, B, C, D, z, dt_bias, None, None, full, 0.0,
+                                  float("inf"))  # fmt: skip
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        from ssmscan.ops.ssd_scan import triton_bwd
+
+        x, dt, A, B, C, D, z, dt_bias = ctx.saved_tensors
+        dx, ddt, dA, dB, dC, opt = triton_bwd.backward(
+            dout.contiguous(), dfinal, x, dt, A, B, C, D, z, dt_bias, None, None, ctx.full, 0.0,
+            float("inf"),
+        )  # fmt: skip
+        rest = iter(opt)
+        return (dx, ddt, dA, dB, dC, *(next(rest) if t is not None else None
+                                       for t in (D, z, dt_bias)), None)  # fmt: skip
+
+
+def mamba_fn(src):
+    """mamba-ssm's ``mamba_chunk_scan_combined`` from its sdist, without its package __init__
+    (which imports the CUDA extensions); None (and why) when it cannot be imported."""
+    try:
+        if "mamba_ssm" not in sys.modules:
+            pkg = types.ModuleType("mamba_ssm")
+            pkg.__path__ = [os.path.join(src, "mamba_ssm")]
+            sys.modules["mamba_ssm"] = pkg
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except Exception as e:  # reported, not fatal: the benchmark times the others
+        return None, f"{type(e).__name__}: {e}"
+
+    def run(kw, full):
+        return mamba_chunk_scan_combined(
+            kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], 256, D=kw.get("D"), z=kw.get("z"),
+            dt_bias=kw.get("dt_bias"), dt_softplus=full, return_final_states=True,
+        )  # fmt: skip
+
+    return run, None
+
+
+def fla_fn():
+    try:
+        from fla.ops.simple_gla import chunk_simple_gla
+    except Exception as e:  # reported, not fatal
+        return None, f"{type(e).__name__}: {e}"
+
+    def run(kw, full):
+        assert not full, "chunk_simple_gla has no z / D / softplus"
+        x, dt, B, C = kw["x"], kw["dt"], kw["B"], kw["C"]
+        rep = x.shape[2] // B.shape[2]
+        q = C.repeat_interleave(rep, dim=2)
+        k = B.repeat_interleave(rep, dim=2)
+        v = x * dt[..., None]
+        g = (dt.float() * kw["A"]).to(torch.float32)
+        o, final = chunk_simple_gla(q=q, k=k, v=v, g=g, scale=1.0, output_final_state=True)
+        return o, final.transpose(-1, -2)  # (b, h, K=dstate, V=headdim) -> ours
+
+    return run, None
+
+
+# --- correctness gate ---------------------------------------------------------------------------
+
+
+def _leaves(kw):
+    return {k: (v.detach().clone().requires_grad_() if v.is_floating_point() else v)
+            for k, v in kw.items()}  # fmt: skip
+
+
+def _rel(a, r):
+    a, r = a.detach().double().cpu(), r.detach().double().cpu()
+    if torch.isnan(a).any():
+        return float("inf")
+    return ((a - r).abs().max() / r.abs().max().clamp_min(1e-300)).item()
+
+
+def gate(fn, kw, full, dtype, factor):
+    """(worst relative error over out, final state and every gradient, its name)."""
+    ref_in = {k: v.detach().double().requires_grad_() for k, v in kw.items()}
+    r_out, r_final = ssd_scan_chunked_reference(
+        ref_in["x"], ref_in["dt"], ref_in["A"], ref_in["B"], ref_in["C"], 64, D=ref_in.get("D"),
+        z=ref_in.get("z"), dt_bias=ref_in.get("dt_bias"), dt_softplus=full,
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(7)
+    dout = torch.randn(r_out.shape, generator=g, dtype=torch.float64)
+    dfin = torch.randn(r_final.shape, generator=g, dtype=torch.float64)
+    leaves = _leaves(kw)
+    out, final = fn(leaves, full)
+    outs, grads = [out], [dout.to(out.dtype).to(out.device)]
+    r_outs, r_grads_in = [r_out], [dout.to(r_out.device)]
+    if final is not None:
+        outs.append(final)
+        grads.append(dfin.to(final.dtype).to(final.device))
+        r_outs.append(r_final)
+        r_grads_in.append(dfin.to(r_final.device))
+    names = [k for k in GRADS if k in kw]
+    got = torch.autograd.grad(outs, [leaves[k] for k in names], grads, allow_unused=True)
+    want = torch.autograd.grad(r_outs, [ref_in[k] for k in names], r_grads_in)
+    errs = {"out": _rel(out, r_out)}
+    if final is not None:
+        errs["final"] = _rel(final, r_final)
+    for k, a, r in zip(names, got, want):
+        errs["d" + k] = _rel(a, r) if a is not None else float("inf")
+    worst = max(errs, key=errs.get)
+    return errs[worst], worst, errs[worst] <= tolerance(dtype) * factor
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+
+def ceilings():
+    """(copy bandwidth bytes/s, bf16 matmul FLOP/s), measured."""
+    from triton.testing import do_bench
+
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    bw = 2 * a.numel() / (do_bench(lambda: b.copy_(a), return_mode="median") * 1e-3)
+    m = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    rate = 2 * 8192**3 / (do_bench(lambda: m @ m, return_mode="median") * 1e-3)
+    return bw, rate
+
+
+def floor_ms(shape, dtype, full, bw, rate, backward):
+    b, L, H, P, G, N = shape
+    e = torch.empty((), dtype=dtype).element_size()
+    act = b * L * H * P * e  # x, out (and z)
+    bc = 2 * b * L * G * N * e
+    dtb = b * L * H * e
+    fwd_bytes = act * (3 if full else 2) + bc + dtb
+    Q = 64
+    nc = -(-L // Q)
+    flops = 2 * b * nc * (G * Q * Q * N + H * (2 * Q * P * N + Q * Q * P))
+    bytes_, fl = (fwd_bytes * 2, flops * 3) if backward else (fwd_bytes, flops)
+    return max(bytes_ / bw, fl / rate) * 1e3
+
+
+def time_variant(fn, kw, full, backward):
+    from triton.testing import do_bench
+
+    if not backward:
+        with torch.no_grad():
+            return do_bench(lambda: fn(kw, full), return_mode="median")
+    leaves = _leaves(kw)
+    params = [v for v in leaves.values() if v.requires_grad]
+    dout = torch.randn_like(kw["x"])
+
+    def step():
+        out, _ = fn(leaves, full)
+        out.backward(dout)
+
+    return do_bench(step, grad_to_none=params, return_mode="median")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", nargs="*", default=None,
+                    help="b,L,nheads,headdim,ngroups,dstate ...")  # fmt: skip
+    ap.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--mamba-src", default="/tmp/mb/mamba_ssm-2.3.2.post1")
+    ap.add_argument("--tol-factor", type=float, default=1.0,
+                    help="gate at tolerance(dtype) times this")  # fmt: skip
+    ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
+    ap.add_argument("--out", default=None, help="JSON results")
+    a = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
+    dtype = DTYPES[a.dtype]
+    variants = {"ssmscan": (ours, None)}
+    if a.device == "cuda":
+        variants["mamba-ssm"] = mamba_fn(a.mamba_src)
+        variants["fla"] = fla_fn()
+    for name, (fn, why) in variants.items():
+        if fn is None:
+            print(f"{name}: not available ({why})")
+    bw = rate = None
+    if not a.check_only:
+        bw, rate = ceilings()
+        print(f"{torch.cuda.get_device_name()}: copy {bw / 1e12:.2f} TB/s, bf16 matmul "
+              f"{rate / 1e12:.0f} TFLOP/s; torch {torch.__version__}")  # fmt: skip
+    rows = []
+    for shape in shapes:
+        for problem in ("full", "core"):
+            full = problem == "full"
+            gate_kw = make(1, *shape[1:], dtype, a.device, full, seed=1)
+            kw = make(*shape, dtype, a.device, full) if not a.check_only else None
+            for name, (fn, _) in variants.items():
+                if fn is None or (name == "fla" and full):
+                    continue
+                err, worst, ok = gate(fn, gate_kw, full, dtype, a.tol_factor)
+                row = dict(shape=shape, problem=problem, variant=name, dtype=a.dtype,
+                           check=f"{worst} {err:.1e}", ok=ok)  # fmt: skip
+                if ok and not a.check_only:
+                    row["fwd_ms"] = time_variant(fn, kw, full, False)
+                    row["fwdbwd_ms"] = time_variant(fn, kw, full, True)
+                    row["fwd_floor"] = floor_ms(shape, dtype, full, bw, rate, False) / row["fwd_ms"]
+                    row["fwdbwd_floor"] = (floor_ms(shape, dtype, full, bw, rate, True)
+                                           / row["fwdbwd_ms"])  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row))
+    print(f"\n{'shape':<28}{'problem':<8}{'variant':<11}{'check':<18}{'fwd ms':>9}{'floor':>7}"
+          f"{'f+b ms':>9}{'floor':>7}   ours / this")  # fmt: skip
+    mine = {(r["shape"], r["problem"]): r for r in rows if r["variant"] == "ssmscan"}
+    for r in rows:
+        if "fwd_ms" not in r:
+            t = "   (checked only)" if r["ok"] else "   FAILED CHECK: not timed"
+        else:
+            t = (f"{r['fwd_ms']:9.3f}{r['fwd_floor']:7.2f}{r['fwdbwd_ms']:9.3f}"
+                 f"{r['fwdbwd_floor']:7.2f}")  # fmt: skip
+            m = mine.get((r["shape"], r["problem"]))
+            if m is not None and "fwd_ms" in m and r is not m:
+                t += f"   {m['fwd_ms'] / r['fwd_ms']:.2f} / {m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}"
+        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<11}{r['check']:<18}{t}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    if not all(r["ok"] for r in rows if r["variant"] == "ssmscan"):
+        raise SystemExit("ssmscan failed its check")
+
+
+if __name__ == "__main__":
+    main()
