@@ -80,11 +80,9 @@ def _cuda_extension_stub() -> types.ModuleType:
     return stub
 
 
-def install_redirect(mamba_src: Path) -> dict[str, object]:
-    """Import mamba-ssm's modules from ``mamba_src`` (no CUDA extension, no package __init__)
-    and put ssmscan's functions in place of mamba-ssm's. Returns {qualified name: function}."""
-    from ssmscan.integrations import mamba_ssm as ours
-
+def load_mamba_ssm(mamba_src: Path) -> None:
+    """Make ``import mamba_ssm.<module>`` load mamba-ssm's Python modules from ``mamba_src``
+    without its CUDA extension (a stub) and without running ``mamba_ssm/__init__.py``."""
     pkg_dir = mamba_src / "mamba_ssm"
     if not (pkg_dir / "ops" / "selective_scan_interface.py").is_file():
         raise SystemExit(f"no mamba_ssm package source under {mamba_src} (see --mamba-src)")
@@ -96,6 +94,14 @@ def install_redirect(mamba_src: Path) -> dict[str, object]:
     pkg.__spec__ = importlib.machinery.ModuleSpec("mamba_ssm", None, is_package=True)
     pkg.__spec__.submodule_search_locations = [str(pkg_dir)]
     sys.modules["mamba_ssm"] = pkg
+
+
+def install_redirect(mamba_src: Path) -> dict[str, object]:
+    """``load_mamba_ssm``, then ssmscan's functions in place of mamba-ssm's in its modules.
+    Returns {qualified name: function}."""
+    from ssmscan.integrations import mamba_ssm as ours
+
+    load_mamba_ssm(mamba_src)
     installed = {}
     for module_name, name in REDIRECTED.items():
         module = importlib.import_module(module_name)
