@@ -358,6 +358,38 @@ def test_stateful_onnx_continues_a_prefill(tmp_path):
     assert rel_error(got, want) <= TOL
 
 
+@needs_onnx
+@pytest.mark.onnx
+def test_stateful_onnx_continues_a_mamba2_prefill(tmp_path):
+    from ssmscan.models import Mamba2Config, Mamba2LM
+
+    model = Mamba2LM.from_config(Mamba2Config.preset("tiny")).eval()
+    cfg = model.config
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, cfg.vocab_size, (2, 11), generator=g)
+    res = ssmscan.export(
+        model,
+        (ids[:, :4],),
+        target="onnx",
+        dynamic_shapes=({1: Dim("seq_len", min=1, max=4096)},),
+        stateful=True,
+        path=str(tmp_path / "step2.onnx"),
+    )
+    n = cfg.n_layer
+    conv_shape = ("batch", cfg.conv_dim, cfg.d_conv)
+    ssm_shape = ("batch", cfg.nheads, cfg.headdim, cfg.d_state)
+    assert res.signature.inputs[1].shape == conv_shape
+    assert res.signature.inputs[1 + n].shape == ssm_shape
+    zeros = [torch.zeros(2, *conv_shape[1:])] * n + [torch.zeros(2, *ssm_shape[1:])] * n
+    first = res.run(ids[:, :6], *zeros)
+    second = res.run(ids[:, 6:7], *first[1:])  # one decode-sized step
+    third = res.run(ids[:, 7:], *second[1:])
+    with torch.no_grad():
+        want = model(ids)[0]
+    got = torch.cat([first[0], second[0], third[0]], dim=1)
+    assert rel_error(got, want) <= TOL
+
+
 def test_stateful_needs_a_mamba_lm():
     with pytest.raises(ValueError, match="stateful=True"):
         ssmscan.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),), stateful=True)

@@ -81,10 +81,10 @@ def export(
         dynamic_batch: make dimension 0 of every input a dynamic ``Dim("batch", min=1)``
             (unless ``dynamic_shapes`` sets it); ``None``: on for ``"export"``, ``"onnx"`` and
             ``"aoti"``, off for ``"tensorrt"`` and ``"executorch"`` (static batch).
-        stateful: for a built-in ``ssmscan.models.MambaLM``: export
+        stateful: for a built-in ``ssmscan.models.MambaLM`` or ``Mamba2LM``: export
             ``(input_ids, conv_state_0.., ssm_state_0..) -> (logits, next_conv_state_0..,
             next_ssm_state_0..)`` to continue from a previous call (zero states when the example
-            inputs carry none). Without it a ``MambaLM`` exports as ``input_ids -> logits``.
+            inputs carry none). Without it such a model exports as ``input_ids -> logits``.
         onnx_linear_attention: target ``"onnx"`` only: each Mamba-2 SSD scan
             (``ssmscan.ssd_scan``) becomes one ONNX ``LinearAttention`` node (opset 27,
             ``update_rule="gated"``: q = C, k = B, v = dt*x, decay = dt*A per head) instead of

@@ -1,8 +1,8 @@
 """What every target exports: the model behind a wrapper that takes and returns plain tensors,
 example inputs and ``dynamic_shapes`` with a dynamic batch, and the names of inputs and outputs.
 
-A built-in :class:`~ssmscan.models.MambaLM` exports as ``input_ids -> logits``; with
-``stateful=True`` as ``(input_ids, conv_state_0.., ssm_state_0..) -> (logits, next_conv_state_0..,
+A built-in :class:`~ssmscan.models.MambaLM` or :class:`~ssmscan.models.Mamba2LM` exports as
+``input_ids -> logits``; with ``stateful=True`` as ``(input_ids, conv_state_0.., ssm_state_0..) -> (logits, next_conv_state_0..,
 next_ssm_state_0..)``. Any other model's outputs are flattened to their tensor leaves, so that an
 artifact never returns a container only ssmscan knows how to rebuild (an AOTInductor package of
 ``(logits, MambaState)`` would not load where ssmscan is not imported).
@@ -42,7 +42,7 @@ class FlatOutputs(torch.nn.Module):
 
 
 class LanguageModelStep(torch.nn.Module):
-    """A ``MambaLM`` as ``input_ids -> logits``, or with ``stateful`` as
+    """A ``MambaLM`` or ``Mamba2LM`` as ``input_ids -> logits``, or with ``stateful`` as
     ``(input_ids, *conv_states, *ssm_states) -> (logits, *conv_states', *ssm_states')``."""
 
     def __init__(self, model: torch.nn.Module, stateful: bool) -> None:
@@ -166,9 +166,29 @@ def id_ranges(
 
 
 def _is_lm(model: torch.nn.Module) -> bool:
-    from ssmscan.models import MambaLM
+    from ssmscan.models import Mamba2LM, MambaLM
 
-    return isinstance(model, MambaLM)
+    return isinstance(model, (MambaLM, Mamba2LM))
+
+
+def _zero_state(model: Any, batch: int, device: torch.device) -> Any:
+    """A fresh ``MambaState`` for ``model`` (a ``MambaLM`` or ``Mamba2LM``): conv states in the
+    weights' dtype, SSM states in the state dtype; one tensor per layer (torch.export takes
+    aliased example inputs as one input)."""
+    from ssmscan.models import Mamba2LM, MambaState
+
+    cfg, weight = model.config, model.lm_head.weight
+    sdt = torch.float64 if weight.dtype == torch.float64 else torch.float32
+    if isinstance(model, Mamba2LM):
+        conv_shape: tuple[int, ...] = (batch, cfg.conv_dim, cfg.d_conv)
+        ssm_shape: tuple[int, ...] = (batch, cfg.nheads, cfg.headdim, cfg.d_state)
+    else:
+        conv_shape, ssm_shape = (batch, cfg.d_inner, cfg.d_conv), (batch, cfg.d_inner, cfg.d_state)
+    n = cfg.n_layer
+    return MambaState(
+        tuple(torch.zeros(conv_shape, dtype=weight.dtype, device=device) for _ in range(n)),
+        tuple(torch.zeros(ssm_shape, dtype=sdt, device=device) for _ in range(n)),
+    )
 
 
 def _positional(
@@ -259,13 +279,13 @@ def prepare(
     vocab_size = None
     module: torch.nn.Module
     if _is_lm(model):
-        lm: Any = model  # a MambaLM
+        lm: Any = model  # a MambaLM or Mamba2LM
         module, inputs, specs, in_names, out_names = _lm_step(lm, example_inputs, specs, stateful)
         vocab_size = lm.config.vocab_size
     else:
         if stateful:
             raise ValueError(
-                f"stateful=True exports a built-in ssmscan.models.MambaLM with its state as "
+                f"stateful=True exports a built-in ssmscan.models.MambaLM or Mamba2LM with its state as "
                 f"named inputs/outputs; {type(model).__name__} is not one (its outputs are "
                 "exported as they are, flattened to tensors)"
             )
@@ -306,7 +326,7 @@ def _lm_step(
 
     if not 1 <= len(example_inputs) <= 2:
         raise ValueError(
-            f"a MambaLM exports from (input_ids,) or (input_ids, state); got "
+            f"a MambaLM or Mamba2LM exports from (input_ids,) or (input_ids, state); got "
             f"{len(example_inputs)} example inputs"
         )
     ids = example_inputs[0]
@@ -331,20 +351,7 @@ def _lm_step(
     states: tuple[torch.Tensor, ...] = ()
     if stateful:
         if state is None:
-            cfg, weight = model.config, model.lm_head.weight
-            b, dev = ids.shape[0], ids.device
-            sdt = torch.float64 if weight.dtype == torch.float64 else torch.float32
-            # one tensor per layer: torch.export takes aliased example inputs as one input
-            state = MambaState(
-                tuple(
-                    torch.zeros(b, cfg.d_inner, cfg.d_conv, dtype=weight.dtype, device=dev)
-                    for _ in range(n)
-                ),
-                tuple(
-                    torch.zeros(b, cfg.d_inner, cfg.d_state, dtype=sdt, device=dev)
-                    for _ in range(n)
-                ),
-            )
+            state = _zero_state(model, ids.shape[0], ids.device)
         # distinct tensors (a state built as (zeros,) * n_layer would alias its layers)
         states = tuple(t.clone() for t in (*state.conv_states, *state.ssm_states))
         kinds = [f"conv_state_{i}" for i in range(n)] + [f"ssm_state_{i}" for i in range(n)]
