@@ -495,6 +495,27 @@ def test_varlen_states_match_ssd_minimal_discrete_per_sequence(ref):
         assert_close_to_reference(f"varlen_states[{i}]", varlen[i], ref_state[0], torch.float32)
 
 
+@pytest.mark.slow  # three compilations
+def test_compiled_fullgraph_matches_eager():
+    """torch.compile(fullgraph=True) of the drop-ins, the varlen states included."""
+    kw = _ssd_inputs(1, 21, full=True)
+    cu_seqlens, seq_idx = _packed(21, [0, 4, 21])
+    ssd = torch.compile(mm.mamba_chunk_scan_combined, fullgraph=True, backend="aot_eager")
+    args = dict(chunk_size=8, seq_idx=seq_idx, cu_seqlens=cu_seqlens, return_final_states=True,
+                return_varlen_states=True)  # fmt: skip
+    for got, want in zip(
+        ssd(**kw, **args), mm.mamba_chunk_scan_combined(**kw, **args), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    kw = _scan_inputs(21, torch.float32, "full")
+    scan = torch.compile(mm.selective_scan_fn, fullgraph=True, backend="aot_eager")
+    for got, want in zip(
+        scan(**kw, return_last_state=True), mm.selective_scan_fn(**kw, return_last_state=True),
+        strict=True,
+    ):  # fmt: skip
+        torch.testing.assert_close(got, want)
+
+
 # --------------------------------------------------------------------- selective_state_update
 
 
