@@ -68,7 +68,7 @@ def ssd_scan(
         dt_limit: ``(min, max)`` clamp of the time step after the softplus.
         return_final_states: also return the state after the last step.
         impl: ``"auto"`` (the kernel for the tensors' device), ``"cpu"`` (the chunked CPU
-            kernel), ``"triton"`` (CUDA kernels: not written yet, raises), ``"parallel"`` (the
+            kernel), ``"triton"`` (the Triton kernels, CUDA tensors), ``"parallel"`` (the
             chunked form in plain aten ops, static L, any device: ``ops/ssd_scan/parallel.py``),
             ``"loop"`` (a ``higher_order.scan`` over time, any L and device:
             ``ops/ssd_scan/loop.py``) or ``"reference"`` (the sequential oracle, slow).
@@ -112,10 +112,12 @@ def ssd_scan(
             "impl must be one of 'auto', 'cpu', 'triton', 'parallel', 'loop', 'reference'; "
             f"got {impl!r}"
         )
-    if impl == "triton" or x.device.type != "cpu":
+    want = {"cpu": "cpu", "triton": "cuda"}.get(impl, x.device.type)
+    if x.device.type != want or want not in ("cpu", "cuda"):
         raise NotImplementedError(
-            f"ssd_scan has no GPU kernels yet (impl={impl!r}, x on {x.device}); use "
-            "impl='reference' (any device, slow) or impl='cpu' with CPU tensors"
+            f"ssd_scan runs impl='cpu' on CPU tensors and impl='triton' (Triton kernels) on CUDA "
+            f"tensors; got impl={impl!r} with x on {x.device}: use impl='auto', "
+            "impl='reference' (any device, slow) or move the tensors"
         )
     _, _, nheads, headdim = x.shape
     Q = chunk_size or plan_chunk_size(nheads, headdim, B.shape[3], B.shape[2])
