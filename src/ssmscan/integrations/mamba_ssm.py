@@ -14,19 +14,23 @@ input that ssmscan cannot run, the call raises ``ValueError`` / ``TypeError`` /
 
 - ``selective_scan_fn``: the last state is differentiable (mamba-ssm drops its gradient);
   float64 inputs are accepted.
-- ``mamba_chunk_scan_combined``: runs on CPU tensors (ssmscan's SSD scan has no GPU kernels yet:
-  CUDA tensors raise). ``return_varlen_states`` needs ``seq_idx`` marking the same sequences as
-  ``cu_seqlens`` (how mamba-ssm's ``Mamba2`` passes them); the states are then the exact state
-  after each sequence's last token, differentiable. mamba-ssm 2.3.2 leaves ``initial_states`` out
-  of the first sequence's state when that sequence ends inside the first chunk; here it is in,
-  as in ``out``.
+- ``mamba_chunk_scan_combined``: CPU tensors only for now (ssmscan's SSD scan has no GPU
+  kernels yet; CUDA tensors raise ``NotImplementedError``). ``return_varlen_states`` needs
+  ``seq_idx`` marking the same sequences as ``cu_seqlens`` (as mamba-ssm's ``Mamba2`` passes
+  them); the states are then each sequence's exact state after its last token, and
+  differentiable (mamba-ssm's backward refuses them). They cost a second scan of the packed
+  tokens. mamba-ssm 2.3.2 leaves ``initial_states`` out of the first sequence's state when that
+  sequence ends inside the first chunk (``chunk_state_varlen``); here it is in, as in ``out``.
 - ``selective_state_update``: ``ssmscan.selective_state_update`` itself. ``state`` may hold more
   rows than the batch only with ``state_batch_indices`` (mamba-ssm silently uses the first
-  rows); ``dt_bias=None`` works (mamba-ssm 2.3.2's launcher fails on it).
+  rows); ``dt_bias=None`` works for A and dt tied over headdim too (mamba-ssm 2.3.2's launcher
+  reads ``dt_bias.stride`` there).
 
-mamba-ssm's pure-PyTorch references (``selective_scan_ref``, ``selective_state_update_ref``,
-``ssd_minimal_discrete``) are the oracles of this module's tests when mamba-ssm's source is
-present, beside ssmscan's own float64 references.
+The module's tests check each function against ssmscan's float64 references and, when
+mamba-ssm's source is at hand, against mamba-ssm's pure-PyTorch references
+(``selective_scan_ref``, ``ssd_minimal_discrete``, ``ssd_chunk_scan_combined_ref``,
+``selective_state_update_ref``); ``benchmarks/integrations`` runs mamba-ssm's own op tests on
+these functions and compares with mamba-ssm's Triton SSD implementation.
 """
 
 from __future__ import annotations
