@@ -5,8 +5,8 @@ Runs mamba-ssm's ``mamba_chunk_scan_combined`` (its Triton kernels, loaded from 
 inputs, and prints, per case, the relative error (``max|a - b| / max|b|``) of each result form
 (out, final_states, varlen_states) between the two and of each against ssmscan's float64
 reference. Without a GPU mamba-ssm's kernels run under Triton's CPU interpreter
-(``TRITON_INTERPRET=1``, one autotune config, tiny sizes); with one they run compiled on it,
-ssmscan's side on CPU (its SSD scan has no GPU kernels yet).
+(``TRITON_INTERPRET=1``, one autotune config, tiny sizes) and ssmscan's side on its CPU kernel;
+with one both run on the GPU (mamba-ssm's kernels compiled, ssmscan's Triton SSD kernels).
 
 Usage::
 
@@ -113,7 +113,7 @@ def main() -> None:
     theirs = importlib.import_module("mamba_ssm.ops.triton.ssd_combined").mamba_chunk_scan_combined
 
     print(f"mamba-ssm's Triton kernels on {device} ({'interpreter' if device == 'cpu' else 'compiled'})"
-          f", ssmscan {ssmscan.__version__} on cpu, torch {torch.__version__}")  # fmt: skip
+          f", ssmscan {ssmscan.__version__} on {device}, torch {torch.__version__}")  # fmt: skip
     print(f"{'case':28} {'form':14} {'ssmscan~mamba':>14} {'ssmscan~f64':>12} {'mamba~f64':>10}")
     for i, (name, (L, Q, cu, with_h0)) in enumerate(CASES.items()):
         kw = _inputs(L, with_h0, seed=i)
@@ -125,9 +125,10 @@ def main() -> None:
             )[None]
             opts |= dict(seq_idx=seq_idx, cu_seqlens=torch.tensor(cu, dtype=torch.int32),
                          return_varlen_states=True)  # fmt: skip
-        mine = ours(**kw, chunk_size=Q, **opts)
         on_dev = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in opts.items()}
-        other = theirs(**{k: v.to(device) for k, v in kw.items()}, chunk_size=Q, **on_dev)
+        kw_dev = {k: v.to(device) for k, v in kw.items()}
+        mine = ours(**kw_dev, chunk_size=Q, **on_dev)
+        other = theirs(**kw_dev, chunk_size=Q, **on_dev)
         k64 = {k: v.to(F64) for k, v in kw.items()}
         h0 = k64.pop("initial_states", None)
         ref_out, ref_final = ssd_scan_reference(

@@ -14,8 +14,8 @@ input that ssmscan cannot run, the call raises ``ValueError`` / ``TypeError`` /
 
 - ``selective_scan_fn``: the last state is differentiable (mamba-ssm drops its gradient);
   float64 inputs are accepted.
-- ``mamba_chunk_scan_combined``: CPU tensors only for now (ssmscan's SSD scan has no GPU
-  kernels yet; CUDA tensors raise ``NotImplementedError``). ``return_varlen_states`` needs
+- ``mamba_chunk_scan_combined``: ``ssmscan.ssd_scan`` picks its kernel by device (the chunked
+  CPU kernel, or the Triton kernels on CUDA). ``return_varlen_states`` needs
   ``seq_idx`` marking the same sequences as ``cu_seqlens`` (as mamba-ssm's ``Mamba2`` passes
   them); the states are then each sequence's exact state after its last token, and
   differentiable (mamba-ssm's backward refuses them). They cost a second scan of the packed
