@@ -153,7 +153,8 @@ def test_triton_interpreter_blocks(ssd_inputs):
     """headdim and dstate over several blocks (the loops over headdim and dstate blocks, partial
     last blocks), 3 heads a group."""
     kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3, **FULL)
-    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, block_p=16, block_n=16,
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, state_block_p=16, state_block_n=16,
+        out_block_p=16, block_p=16, block_n=16,
                                pass_block=256)  # fmt: skip
     _check(kw, (0.0, INF), True, plan, torch.float32, 21)
 

@@ -13,25 +13,59 @@ from ssmscan.ops.ssd_scan.plan import H200, INTERPRETED, plan_ssd
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
-# (nheads, headdim, ngroups, dstate, dtype, facts) -> (chunk, block_p, block_n, pass_block,
-# precision, warps of the state / out / pass / dx / dbc kernels, emulated)
+# (nheads, headdim, ngroups, dstate, dtype, facts) -> (chunk, state tile, out block, loop
+# blocks (headdim, dstate), pass block, precision, warps of the state / out / pass / dx / dbc
+# kernels, emulated)
 TABLE = [
     # mamba2-130m / 2.7b / Codestral-like heads: Q 64, (64, 128) chunk-state tiles
-    ((24, 64, 1, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
-    ((80, 64, 1, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
-    ((128, 64, 8, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
-    ((48, 64, 1, 128, FP16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    (
+        (24, 64, 1, 128, BF16, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32", (8, 8, 4, 8, 8), False),
+    ),
+    (
+        (80, 64, 1, 128, BF16, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32", (8, 8, 4, 8, 8), False),
+    ),
+    (
+        (128, 64, 8, 128, BF16, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32", (8, 8, 4, 8, 8), False),
+    ),
+    (
+        (48, 64, 1, 128, FP16, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32", (8, 8, 4, 8, 8), False),
+    ),
     # float32: 3xTF32 on the tensor cores (plain TF32 misses the float32 tolerance)
-    ((24, 64, 1, 128, FP32, H200), (64, 64, 128, 1024, "tf32x3", 8, 8, 4, 8, 8, False)),
+    (
+        (24, 64, 1, 128, FP32, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32x3", (8, 8, 4, 8, 8), False),
+    ),
     # wide heads and states: blocks of 64 headdim, 128 dstate, looped
-    ((16, 128, 1, 128, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
-    ((32, 256, 1, 256, BF16, H200), (64, 64, 128, 1024, "tf32", 8, 8, 4, 8, 8, False)),
+    (
+        (16, 128, 1, 128, BF16, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32", (8, 8, 4, 8, 8), False),
+    ),
+    (
+        (32, 256, 1, 256, BF16, H200),
+        (64, (64, 128), 64, (32, 32), 1024, "tf32", (8, 8, 4, 8, 8), False),
+    ),
     # narrow: blocks shrink to the padded sizes (at least 16, tl.dot's minimum), 4 warps
-    ((48, 32, 1, 32, BF16, H200), (64, 32, 32, 1024, "tf32", 4, 4, 4, 4, 4, False)),
-    ((24, 64, 1, 16, FP32, H200), (64, 64, 16, 1024, "tf32x3", 4, 8, 4, 8, 8, False)),
+    (
+        (48, 32, 1, 32, BF16, H200),
+        (64, (32, 32), 32, (32, 32), 1024, "tf32", (4, 4, 4, 4, 4), False),
+    ),
+    (
+        (24, 64, 1, 16, FP32, H200),
+        (64, (64, 16), 64, (32, 16), 1024, "tf32x3", (4, 8, 4, 8, 8), False),
+    ),
     # the interpreter: IEEE float32; the tensor cores' rounding emulated
-    ((4, 4, 2, 8, FP32, INTERPRETED), (64, 16, 16, 32, "ieee", 4, 4, 4, 4, 4, True)),
-    ((4, 4, 2, 8, BF16, INTERPRETED), (64, 16, 16, 32, "tf32", 4, 4, 4, 4, 4, True)),
+    (
+        (4, 4, 2, 8, FP32, INTERPRETED),
+        (64, (16, 16), 16, (16, 16), 32, "ieee", (4, 4, 4, 4, 4), True),
+    ),
+    (
+        (4, 4, 2, 8, BF16, INTERPRETED),
+        (64, (16, 16), 16, (16, 16), 32, "tf32", (4, 4, 4, 4, 4), True),
+    ),
 ]
 
 
@@ -43,8 +77,9 @@ def _id(row):
 @pytest.mark.parametrize("shape,expected", TABLE, ids=[_id(r) for r in TABLE])
 def test_plan_table(shape, expected):
     p = plan_ssd(*shape)
-    got = (p.chunk, p.block_p, p.block_n, p.pass_block, p.precision, p.warps_state,
-           p.warps_out, p.warps_pass, p.warps_dx, p.warps_dbc, p.emulate)  # fmt: skip
+    got = (p.chunk, (p.state_block_p, p.state_block_n), p.out_block_p, (p.block_p, p.block_n),
+           p.pass_block, p.precision,
+           (p.warps_state, p.warps_out, p.warps_pass, p.warps_dx, p.warps_dbc), p.emulate)  # fmt: skip
     assert got == expected
 
 

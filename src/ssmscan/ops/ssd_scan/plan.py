@@ -32,14 +32,15 @@ class SSDPlan:
 
     Args:
         chunk: Q, steps per chunk (a power of two, at least 16).
-        block_p: headdim per block of the chunk-state and output kernels, and the step of the
-            backward kernels' loops over headdim.
-        block_n: dstate per block of the chunk-state kernel and of the dB / dC kernel, and the
-            step of the other kernels' loops over dstate.
+        state_block_p, state_block_n: the (headdim, dstate) tile of a chunk-state program.
+        out_block_p: headdim per program of the output kernel.
+        block_p: the step of the backward kernels' loops over headdim.
+        block_n: the step of the output and backward kernels' loops over dstate, and dstate
+            per program of the dB / dC kernel.
         pass_block: elements of a head's (headdim, dstate) state per program of the state
             passing kernels.
-        precision: ``tl.dot`` input precision for float32 operands ("ieee", "tf32x3" or
-            "tf32"); 16-bit operands always use the tensor cores.
+        precision: ``tl.dot`` input precision for float32 inputs ("ieee", "tf32x3" or
+            "tf32").
         warps_state, warps_out, warps_pass, warps_dx, warps_dbc: ``num_warps`` of the
             chunk-state, output, state-passing, dx / dt and dB / dC kernels.
         stages: ``num_stages`` of the kernels with loops over headdim or dstate.
@@ -52,11 +53,14 @@ class SSDPlan:
             the tensor cores would and multiplies in float32.
 
     Example:
-        >>> SSDPlan(64, 64, 128, 1024, "ieee", 4, 4, 4, 8, 8, 2).chunk
+        >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
         64
     """
 
     chunk: int
+    state_block_p: int
+    state_block_n: int
+    out_block_p: int
     block_p: int
     block_n: int
     pass_block: int
@@ -80,16 +84,16 @@ def plan_ssd(
 ) -> SSDPlan:
     """The plan of an SSD call.
 
-    Q = 64: the intra-chunk (Q, Q) decay and C·Bᵀ tiles stay in registers next to a (Q, 64)
-    output block at 4 warps, and the (headdim, dstate) chunk states written per chunk (the
-    largest memory traffic: 4·headdim·dstate bytes per head and chunk, against 2·Q·headdim of
-    x) are amortized over 64 steps. Headdim blocks of up to 64, dstate blocks of up to 128
-    (the chunk-state kernel's (64, 128) float32 accumulator: 32 registers a thread at 8 warps);
-    8 warps for the output and backward kernels, whose (Q, Q) and (Q, 64) float32 tiles would
-    leave 4 warps' threads near the register limit.
-    float32 operands use 3xTF32 on devices with tensor cores (the float32 tolerance, 1e-5
-    max-normalized, rules out plain TF32's ~3e-4), IEEE float32 elsewhere (and under the
-    interpreter, where it changes nothing).
+    Q = 64: the intra-chunk (Q, Q) decay and C·Bᵀ tiles stay in registers, and the (headdim,
+    dstate) chunk states written per chunk (the largest memory traffic: 4·headdim·dstate bytes
+    per head and chunk, against 2·Q·headdim of x) are amortized over 64 steps. The chunk-state
+    kernel's tile is (64, 128) (90 registers a thread at 8 warps, sm_90, no spills); the output
+    kernel's headdim block 64 and the backward's loop steps 32 x 32, the largest without
+    spills for 16-bit inputs at 8 warps (``tests/ops/ssd_scan/sm90_compile_check.py``: 64 x 64
+    spilled 212 bytes in the dx kernel). float32 inputs use 3xTF32 on devices with tensor cores
+    (the float32 tolerance, 1e-5 max-normalized, rules out plain TF32's ~3e-4; its split
+    operands still spill 0.4-0.5 KB in the backward kernels), IEEE float32 elsewhere and under
+    the interpreter.
 
     Args:
         nheads, headdim, ngroups, dstate: the head geometry (ints).
@@ -101,8 +105,8 @@ def plan_ssd(
 
     Example:
         >>> p = plan_ssd(24, 64, 1, 128, torch.bfloat16, H200)
-        >>> p.chunk, p.block_p, p.block_n, p.precision
-        (64, 64, 128, 'tf32')
+        >>> p.chunk, p.state_block_p, p.state_block_n, p.block_p, p.block_n, p.precision
+        (64, 64, 128, 32, 32, 'tf32')
     """
     return _plan_ssd(int(nheads), int(headdim), int(ngroups), int(dstate), dtype, facts)
 
@@ -113,23 +117,25 @@ def _plan_ssd(
 ) -> SSDPlan:
     del nheads, ngroups  # the per-chunk work of a head does not depend on them
     pp, np_ = _pad(headdim), _pad(dstate)
-    block_p = min(pp, 64)
-    block_n = min(np_, 128)
     if dtype == torch.float32:
         precision = "tf32x3" if facts.compiled and facts.capability >= (8, 0) else "ieee"
     else:
-        precision = "tf32"  # Triton's default; it applies to float32 operands only
-    pass_block = min(1024, next_pow2(headdim * dstate))
+        precision = "tf32"  # 16-bit inputs' float32 operands (f32_dot); Triton's default
     chunk = 64
-    # the output and backward kernels hold three to four (Q, Q) / (Q, block_p) float32 tiles
-    wide = chunk * block_p >= 64 * 64
+    state_p, state_n = min(pp, 64), min(np_, 128)
+    out_p = min(pp, 64)
+    # the output and backward kernels hold three to four (Q, Q) / (Q, block) float32 tiles
+    wide = chunk * out_p >= 64 * 64
     return SSDPlan(
         chunk=chunk,
-        block_p=block_p,
-        block_n=block_n,
-        pass_block=pass_block,
+        state_block_p=state_p,
+        state_block_n=state_n,
+        out_block_p=out_p,
+        block_p=min(pp, 32),
+        block_n=min(np_, 32),
+        pass_block=min(1024, next_pow2(headdim * dstate)),
         precision=precision,
-        warps_state=8 if block_p * block_n >= 64 * 128 else 4,
+        warps_state=8 if state_p * state_n >= 64 * 128 else 4,
         warps_out=8 if wide else 4,
         warps_pass=4,
         warps_dx=8 if wide else 4,

@@ -442,7 +442,7 @@ def launch(
     dD = torch.empty((batch, NC, H, P), dtype=f32, device=dev) if D is not None else None
     dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)
     prec = precision(plan, x.dtype)
-    block_n = min(plan.block_n, 64)
+    block_n = plan.block_n
     launcher(_ssd_scan_bwd_dx_kernel)[(NC, batch * H)](
         x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk,
         dx, grads.get("z"), ddt32, dD, dA32, L, H, P, G, N, NC, nblk,

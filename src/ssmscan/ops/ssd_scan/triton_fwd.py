@@ -110,13 +110,15 @@ def _dot(a, b, PRECISION: tl.constexpr, EMULATE: tl.constexpr):
     then multiplied in IEEE float32; 16-bit operands multiplied in float32 too, since the
     interpreter (3.6) multiplies bfloat16 operands as their raw 16-bit patterns."""
     if EMULATE:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
+        a32 = a.to(tl.float32)
+        b32 = b.to(tl.float32)
         if PRECISION == "tf32":
-            a = _round_tf32(a)
-            b = _round_tf32(b)
-        return tl.dot(a, b, input_precision="ieee")
-    return tl.dot(a, b, input_precision=PRECISION)
+            a32 = _round_tf32(a32)
+            b32 = _round_tf32(b32)
+        c = tl.dot(a32, b32, input_precision="ieee")
+    else:
+        c = tl.dot(a, b, input_precision=PRECISION)
+    return c
 
 
 @triton.jit
@@ -385,11 +387,11 @@ def chunk_states(
     batch, L, H, P = v.shape
     G, N = u.shape[2], u.shape[3]
     NC = states.shape[1]
-    grid = (NC, batch * H, cdiv(P, plan.block_p) * cdiv(N, plan.block_n))
+    grid = (NC, batch * H, cdiv(P, plan.state_block_p) * cdiv(N, plan.state_block_n))
     launcher(_ssd_scan_fwd_state_kernel)[grid](
         v, z, dt, dt_bias, A, u, seg, dtp, cs, states, L, H, P, G, N, NC, **dt_opts,
         END=end, WRITE_DT=end, HAS_Z=z is not None, HAS_SEG=seg is not None,
-        CHUNK=plan.chunk, BLOCK_P=plan.block_p, BLOCK_N=plan.block_n,
+        CHUNK=plan.chunk, BLOCK_P=plan.state_block_p, BLOCK_N=plan.state_block_n,
         PRECISION=precision(plan, v.dtype), F32_DOT=f32_dot,
         EMULATE=plan.emulate, num_warps=plan.warps_state,
     )  # fmt: skip
@@ -500,12 +502,12 @@ def launch(
     dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan,
                                        f32_dot)  # fmt: skip
     NC = states.shape[1]
-    grid = (NC, batch * H, cdiv(P, plan.block_p))
+    grid = (NC, batch * H, cdiv(P, plan.out_block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
         x, z, D, B, C, seg, dtp, cs, states, out, L, H, P, G, N, NC,
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.block_p,
-        BLOCK_N=min(plan.block_n, 64), PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
+        HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.out_block_p,
+        BLOCK_N=plan.block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
         EMULATE=plan.emulate, num_warps=plan.warps_out, num_stages=plan.stages,
     )  # fmt: skip
 

@@ -1,0 +1,139 @@
+"""Compile the SSD Triton kernels for sm_90 without a GPU (run without TRITON_INTERPRET: the
+interpreter accepts code the compiler rejects) over their dtypes and flags, at Mamba-2's
+geometry (headdim 64, dstate 128) with the planner's H200 plan, and report each kernel's
+registers and spills from ptxas. Prints one line per case; exits non-zero on the first failure.
+
+    PYTHONPATH=src python tests/ops/ssd_scan/sm90_compile_check.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("run without TRITON_INTERPRET=1: this compiles for sm_90")
+
+import torch
+
+from ssmscan.ops.ssd_scan import triton_bwd, triton_fwd
+from ssmscan.ops.ssd_scan.plan import H200, plan_ssd
+from ssmscan.testing.triton_sm90 import SM90
+
+FLOATS = {"dt_min", "dt_max"}
+
+
+def _ptxas_report(compiled) -> str:
+    """Registers and spill bytes from ptxas -v on the kernel's PTX."""
+    from triton.backends.nvidia import compiler as nv
+
+    ptxas = nv.get_ptxas(90).path
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(compiled.asm["ptx"])
+    try:
+        res = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                             capture_output=True, text=True)  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    regs = re.search(r"Used (\d+) registers", res.stderr)
+    spill = re.search(r"(\d+) bytes spill stores", res.stderr)
+    return f"regs {regs.group(1) if regs else '?'} spill {spill.group(1) if spill else '?'}"
+
+
+def _compile(kernel, values, num_warps, num_stages):
+    """``triton.compile`` for sm_90 as ``ssmscan.testing.triton_sm90.compile_sm90`` does, with
+    string constexprs (``PRECISION``) and float scalars (``FLOATS``): a str value of a
+    non-constexpr parameter is a pointer type, 16-byte aligned; ints are i32; an absent tensor
+    (None) the float32 placeholder the launcher passes (Note [no None pointers])."""
+    import triton
+
+    sig, const, attrs = {}, {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        v = values[name]
+        if v is None and i not in kernel.constexprs:
+            v = "*fp32"
+        if i in kernel.constexprs or isinstance(v, bool):
+            sig[name], const[name] = "constexpr", v
+        elif name in FLOATS:
+            sig[name] = "fp32"
+        elif isinstance(v, str):
+            sig[name] = v
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "i32"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
+    return triton.compile(src, target=SM90,
+                          options={"num_warps": num_warps, "num_stages": num_stages})  # fmt: skip
+
+
+def _check(name, kernel, vals, warps, stages=3):
+    compiled = _compile(kernel, vals, warps, stages)
+    print(f"{name}: ok, {_ptxas_report(compiled)}", flush=True)
+
+
+def main() -> None:
+    for dtype, t in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        plan = plan_ssd(24, 64, 1, 128, dtype, H200)
+        prec = triton_fwd.precision(plan, dtype)
+        sizes = dict(L=2048, H=24, P=64, G=1, N=128, NC=32, PN=8192, NBLK=8, dt_min=0.0,
+                     dt_max=0.0)  # fmt: skip
+        for f32_dot in (False, True):
+            common = dict(CHUNK=plan.chunk, BLOCK_P=plan.block_p, PRECISION=prec, F32_DOT=f32_dot,
+                          EMULATE=False)  # fmt: skip
+            for end, flags in ((True, True), (True, False), (False, True), (False, False)):
+                vals = dict(v=f"*{t}", z=f"*{t}" if flags else None, dt=f"*{t}",
+                            dt_bias="*fp32" if flags else None, A="*fp32", u=f"*{t}",
+                            seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
+                            states="*fp32", **sizes, END=end, WRITE_DT=end, SOFTPLUS=flags,
+                            HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags, HAS_Z=flags,
+                            HAS_SEG=flags, **dict(common, BLOCK_P=plan.state_block_p,
+                            BLOCK_N=plan.state_block_n))  # fmt: skip
+                _check(f"state {t} f32_dot={f32_dot} end={end} flags={flags}",
+                       triton_fwd._ssd_scan_fwd_state_kernel, vals, plan.warps_state)  # fmt: skip
+            for flags in (True, False):
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
+                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
+                            cs="*fp32", states="*fp32", out=f"*{t}", **sizes, HAS_D=flags,
+                            D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
+                            **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
+                _check(f"out {t} f32_dot={f32_dot} flags={flags}",
+                       triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
+                            dt_bias="*fp32" if flags else None, A="*fp32",
+                            Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
+                            seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
+                            states="*fp32", dstates="*fp32", dk="*fp32", dx=f"*{t}",
+                            dz=f"*{t}" if flags else None, ddt="*fp32",
+                            dD="*fp32" if flags else None, dA="*fp32", **sizes,
+                            SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags,
+                            HAS_D=flags, D_PER_HEAD=False, HAS_Z=flags, HAS_SEG=flags,
+                            BLOCK_N=plan.block_n, BLOCK_K=8, **common)  # fmt: skip
+                _check(f"dx {t} f32_dot={f32_dot} flags={flags}",
+                       triton_bwd._ssd_scan_bwd_dx_kernel, vals, plan.warps_dx, plan.stages)  # fmt: skip
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", B=f"*{t}",
+                            C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
+                            states="*fp32", dstates="*fp32", dB=f"*{t}", dC=f"*{t}", **sizes,
+                            HAS_Z=flags, HAS_SEG=flags, BLOCK_N=plan.block_n, **common)  # fmt: skip
+                _check(f"dbc {t} f32_dot={f32_dot} flags={flags}",
+                       triton_bwd._ssd_scan_bwd_dbc_kernel, vals, plan.warps_dbc, plan.stages)  # fmt: skip
+        for flags in (True, False):
+            vals = dict(states="*fp32", init="*fp32" if flags else None, final="*fp32",
+                        cs="*fp32", seg="*i64" if flags else None, **sizes, HAS_INIT=flags,
+                        HAS_SEG=flags, CHUNK=plan.chunk, BLOCK=plan.pass_block)  # fmt: skip
+            _check(f"pass {t} flags={flags}", triton_fwd._ssd_scan_fwd_pass_kernel, vals,
+                   plan.warps_pass)  # fmt: skip
+            vals = dict(dstates="*fp32", states="*fp32", dfinal="*fp32" if flags else None,
+                        dinit=f"*{t}" if flags else None, dk="*fp32", cs="*fp32",
+                        seg="*i64" if flags else None, **sizes, HAS_DFINAL=flags, HAS_INIT=flags,
+                        HAS_SEG=flags, CHUNK=plan.chunk, BLOCK=plan.pass_block)  # fmt: skip
+            _check(f"bwd pass {t} flags={flags}", triton_bwd._ssd_scan_bwd_pass_kernel, vals,
+                   plan.warps_pass)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
