@@ -1,6 +1,7 @@
 """CPU benchmark of ssmscan.ssd_scan against the pure-PyTorch SSD anchors, side by side.
 
-    python benchmarks/ssd_scan/bench_cpu.py [--shape 1,2048,24,64,128] [--reps 5]
+    python benchmarks/ssd_scan/bench_cpu.py [--shape 1,2048,24,64,128] [--reps 5] [--skip NAME]
+    python benchmarks/ssd_scan/bench_cpu.py --decode     # one decode step, batch 1 and 64
     python benchmarks/ssd_scan/bench_cpu.py --sweep      # the chunk-size table of the planner
 
 Figures in src/ssmscan/ops/ssd_scan/README.md were taken with ``taskset -c 0,1`` and
@@ -8,13 +9,19 @@ OMP_NUM_THREADS=2 on an idle host; on a machine shared with other jobs use ``--t
 (OpenMP barriers stall when a core is taken away mid-op, which punishes many small ops).
 
 Shape is (batch, L, nheads, headdim, dstate), ngroups 1, fp32, in Mamba-2's configuration:
-dt_bias with softplus, D per head, A = -exp(0.5 * randn), dt in [1e-3, 0.1]. Variants:
+dt_bias with softplus, D per head, A = -exp(0.5 * randn), dt in [1e-3, 0.1]; by default
+(1, 2048, 24, 64, 128) and (4, 1024, 48, 64, 128). Variants:
 
 * ``ssmscan``: ``ssmscan.ssd_scan`` (the planner's chunk size).
-* ``transformers``: transformers' own pure-PyTorch SSD, ``mamba2_chunk_scan`` from
-  ``models/mamba2/modeling_mamba2.py`` (what ``Mamba2Mixer`` runs on CPU), imported from an
-  installed transformers 5.25 (else its 5.25 code, copied below) and called as the mixer calls
-  it, at Mamba2Config's default chunk 256 and at 64.
+* ``transformers-256``: the SSD part of transformers 5.25's ``Mamba2Mixer.forward`` on CPU
+  (its torch path): ``mamba2_scan_forward`` calls ``mamba2_chunk_scan`` with the mixer's
+  ``chunk_size`` (Mamba2Config's default, 256, also mamba2-130m's), D, dt_bias, softplus, z None
+  and, when a cache is filled, the final state; timed exactly so, on the same inputs. Before
+  timing, ``check_transformers_mixer`` runs ``mamba2_scan_forward`` itself on a mixer built from
+  ``Mamba2Config`` holding the same A, D, dt_bias and requires the same output bit for bit. The
+  mixer's other steps (projections, convolution, gated norm) are not SSD and not timed.
+  ``transformers-64`` is the same function at chunk 64 (faster on CPU; not what the mixer runs).
+  Imported from an installed transformers 5.25, else its 5.25 code copied below.
 * ``ssd_minimal``: mamba-ssm's ``ssd_minimal_discrete`` (mamba_ssm/modules/ssd_minimal.py,
   Listing 1 of the Mamba-2 paper), copied below with its einops rearranges written as torch
   reshapes, at block 64 (its fastest here) and 256; it needs L divisible by the block.
@@ -22,7 +29,18 @@ dt_bias with softplus, D per head, A = -exp(0.5 * randn), dt in [1e-3, 0.1]. Var
 Correctness first: every variant's output and final state are checked against the float64
 sequential reference, and, for the forward+backward timing, its gradients against autograd of
 the float64 chunked reference (itself equal to the sequential one to 1e-15); a variant that fails
-its check is not timed. Times are medians of ``--reps`` runs after one warm-up.
+its check is not timed. Times are medians of ``--reps`` runs after one warm-up, the variants run
+round-robin. Peak memory: the most bytes held at once by tensors allocated during one timed step
+(temporaries and results; inputs existing before the call not counted), from the profiler's
+allocation events, over the bytes of the step's inputs and outputs (forward: x, dt, A, B, C, D,
+dt_bias, out, final state; forward+backward: twice that, for the incoming gradients and the
+gradients of the inputs).
+
+``--decode`` times ``ssmscan.selective_state_update`` (in place, Mamba-2 layout, state
+(batch, 24, 64, 128): mamba2-130m's heads) against transformers 5.25's per-token path, the
+recurrent branch of ``mamba2_scan_forward``: a clone of the cached state and
+``mamba2_selective_state_update`` on it (``transformers``; ``transformers-step`` without the
+clone), both checked against the float64 reference first.
 """
 
 from __future__ import annotations
@@ -600,6 +618,7 @@ def main():
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--decode", action="store_true", help="the decode step, batch 1 and 64")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--skip", action="append", default=[], help="a variant not to run")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -620,6 +639,7 @@ def main():
             "ssd_minimal-64": minimal_variant(64),
             "ssd_minimal-256": minimal_variant(256),
         }
+        variants = {k: v for k, v in variants.items() if k not in args.skip}
         if shape[1] % 256:
             variants = {k: v for k, v in variants.items() if not k.startswith("ssd_minimal")}
         if not check_transformers_mixer(make_inputs(shape)):

@@ -72,10 +72,14 @@ def step_(
     validated): returns out shaped like x in x's dtype."""
     cdt = state.dtype
 
-    def conv(t: torch.Tensor | None) -> torch.Tensor | None:
-        return t if t is None or t.dtype == cdt else t.to(cdt)
+    def conv(t: torch.Tensor) -> torch.Tensor:
+        return t if t.dtype == cdt else t.to(cdt)
 
-    xs, dts, zs, As, Ds, bs = conv(x), conv(dt), conv(z), conv(A), conv(D), conv(dt_bias)
+    def conv_opt(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else conv(t)
+
+    xs, dts, As = conv(x), conv(dt), conv(A)
+    zs, Ds, bs = conv_opt(z), conv_opt(D), conv_opt(dt_bias)
     if B.dim() == 2:  # Mamba-1 ungrouped: one group
         B, C = B[:, None], C[:, None]
     Bs = B.to(cdt).contiguous()

@@ -11,11 +11,15 @@ head. The backward stores nothing but the inputs and recomputes the forward's pi
 
 from __future__ import annotations
 
+import ctypes
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ssmscan.ops.common import cpu_lib
 from ssmscan.ops.ssd_scan.common import process_dt, segment_ids, state_dtype
 
 
@@ -59,7 +63,9 @@ def _pieces(
     pad = nc * Q - L
 
     def chunked(t: torch.Tensor) -> torch.Tensor:  # (b, L, ...) -> (b, c, Q, ...), cdt
-        t = F.pad(t.to(cdt), (0, 0) * (t.dim() - 2) + (0, pad))
+        t = t.to(cdt)  # a view when neither a cast nor padding is needed
+        if pad:
+            t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad))
         return t.reshape(b, nc, Q, *t.shape[2:])
 
     d = chunked(process_dt(dt, dt_bias, dt_softplus, dt_min, dt_max, cdt))
@@ -85,8 +91,8 @@ def _pieces(
             (last == prev).to(cdt)[..., None],  # (b, c, 1) the carry goes through
         )
 
-    diff = cs[..., :, None] - cs[..., None, :]
-    decay = torch.exp(diff.masked_fill(~keep, float("-inf")))
+    decay = cs[..., :, None] - cs[..., None, :]
+    decay.masked_fill_(~keep, float("-inf")).exp_()
     CB = Cg @ Bg.transpose(-1, -2)
     w_start = torch.exp(cs).transpose(2, 3)
     w_end = torch.exp(cs_last[..., None] - cs).transpose(2, 3)
@@ -94,17 +100,20 @@ def _pieces(
     if masks is not None:
         w_start, w_end, carry = w_start * masks[0], w_end * masks[1], carry * masks[2]
 
-    # each chunk's own state at its end: per group, (heads x P, Q) @ (Q, N)
+    # each chunk's own state at its end: per group, (heads x P, Q) @ (Q, N),
+    # written into states[:, c + 1]; then the carried state S_0 = initial,
+    # S_{c+1} = carry_c S_c + local_c, in place (one op per chunk)
     xw = (xdt * w_end[..., None]).reshape(b, nc, Q, G, (H // G) * P).permute(0, 1, 3, 4, 2)
-    local = (xw @ Bg).reshape(b, nc, H, P, N)
-    # the carried state: S_0 = initial, S_{c+1} = carry_c S_c + local_c (one op per chunk)
     states = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
     if initial_states is not None:
         states[:, 0] = initial_states
     else:
         states[:, 0] = 0.0
+    for i in range(b):
+        torch.matmul(xw[i], Bg[i], out=states[i, 1:].view(nc, G, (H // G) * P, N))
+    del xw
     for c in range(nc):
-        torch.addcmul(local[:, c], carry[:, c, :, None, None], states[:, c], out=states[:, c + 1])
+        states[:, c + 1].addcmul_(carry[:, c, :, None, None], states[:, c])
     entering, final = states[:, :nc], states[:, nc]
     return _Pieces(d, xc, xdt, Bg, Cg, decay, CB, w_start, w_end, carry, entering, final)
 
@@ -128,6 +137,59 @@ def _skip(D: torch.Tensor | None, cdt: torch.dtype) -> torch.Tensor | None:
     return Dc if D.dim() == 2 else Dc[:, None]
 
 
+_SFX = {torch.float32: "f32", torch.float64: "f64"}
+
+# chunks per block of the forward's output pass: its temporaries are a block's decay matrices
+# and carried-state read-outs, about 1/4 of x's size at Q = P = 64 with 32 chunks
+_BLOCK = 8
+
+
+@functools.cache
+def _intra_kernel(dtype: torch.dtype) -> Callable[..., None]:
+    fn = getattr(cpu_lib.library(), f"ssd_intra_{_SFX[dtype]}")
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    fn.argtypes = [p] * 3 + [i] * 5 + [p]
+    fn.restype = None
+    return fn
+
+
+def _intra_matrix(
+    cs: torch.Tensor, dt: torch.Tensor, CB: torch.Tensor, H: int, G: int, Q: int
+) -> torch.Tensor:
+    """(k, H, Q, Q): exp(cs_i - cs_j) CB_g[i, j] dt_j on and below the diagonal, 0 above, from cs
+    and dt (k, H, Q) and CB (k, G, Q, Q), contiguous; the C kernel ``ssd_intra``."""
+    k = cs.shape[0]
+    M = torch.empty(k, H, Q, Q, dtype=cs.dtype)
+    fn = _intra_kernel(cs.dtype)
+    args = (cs.data_ptr(), dt.data_ptr(), CB.data_ptr(), H, G, Q)
+    cpu_lib.run_ranges(
+        lambda _, begin, end: fn(*args, begin, end, M.data_ptr()),
+        k * H,
+        cpu_lib.num_workers(k * H),
+    )
+    return M
+
+
+def _seg_masks(
+    seq_idx: torch.Tensor, b: int, nc: int, Q: int, pad: int, cdt: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Masks of packed sequences (Note [SSD chunked form]): (keep (b, c, 1, Q, Q) bool: j <= i in
+    one sequence; sees the carry (b, c, Q, 1); reaches the end (b, c, Q, 1); the carry goes
+    through (b, c, 1))."""
+    seg = segment_ids(seq_idx)
+    seg = torch.cat([seg, seg[:, -1:].expand(b, pad)], dim=1).reshape(b, nc, Q)
+    last = seg[..., -1]
+    prev = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)
+    tril = torch.ones(Q, Q, dtype=torch.bool).tril()
+    keep = (tril & (seg[..., :, None] == seg[..., None, :]))[:, :, None]
+    return (
+        keep,
+        (seg == prev[..., None]).to(cdt)[..., None],
+        (seg == last[..., None]).to(cdt)[..., None],
+        (last == prev).to(cdt)[..., None],
+    )
+
+
 def ssd_forward(
     x: torch.Tensor,
     dt: torch.Tensor,
@@ -145,10 +207,19 @@ def ssd_forward(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (b, L, H, P) in x's dtype, final_states (b, H, P, N) in the state dtype), both fresh
-    and contiguous."""
+    and contiguous.
+
+    The forward alone keeps no intermediate for a backward, so it works in place and in an order
+    that holds few (Q = P = 64, N = 128) x-sized buffers at once: x is read through a view (never
+    copied when no padding or cast is needed), dt is folded into the decay matrix's columns and
+    the chunk states' weights instead of an x-sized dt·x, the decay matrix becomes C·Bᵀ ∘ decay
+    ∘ dt in place, each chunk's own state is written straight into the buffer of carried states
+    and the recurrence runs in place there, and the output is written once, skip term included.
+    """
     cdt = state_dtype(x.dtype)
     b, L, H, P = x.shape
-    N = B.shape[3]
+    G, N = B.shape[2], B.shape[3]
+    hg, Q = H // G, chunk_size
     if L == 0:
         final = (
             initial_states.to(cdt).clone()
@@ -156,18 +227,89 @@ def ssd_forward(
             else torch.zeros(b, H, P, N, dtype=cdt)
         )
         return torch.empty(x.shape, dtype=x.dtype), final.contiguous()
-    p = _pieces(
-        x, dt, A, B, C, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max, chunk_size
-    )
-    y = _readout(p, H)[0].reshape(b, -1, H, P)[:, :L]
+    nc = (L + Q - 1) // Q
+    pad = nc * Q - L
+
+    def chunked(t: torch.Tensor) -> torch.Tensor:  # (b, L, ...) -> (b, c, Q, ...), cdt; a view
+        t = t.to(cdt)  # when neither a cast nor padding is needed
+        if pad:
+            t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad))
+        return t.reshape(b, nc, Q, *t.shape[2:])
+
+    d = chunked(process_dt(dt, dt_bias, dt_softplus, dt_min, dt_max, cdt))  # (b, c, Q, H)
+    xc = chunked(x)  # (b, c, Q, H, P)
+    Bg = chunked(B).transpose(2, 3).contiguous()  # (b, c, G, Q, N)
+    Cg = chunked(C).transpose(2, 3).contiguous()
+    cs = torch.cumsum(d * A.to(cdt), dim=2).transpose(2, 3).contiguous()  # (b, c, H, Q)
+    cs_last = cs[..., -1]
+    w_start = torch.exp(cs)  # (b, c, H, Q)
+    w_end = torch.exp(cs_last[..., None] - cs)
+    carry = torch.exp(cs_last)  # (b, c, H)
+    keep: torch.Tensor | None = None
+    if seq_idx is not None:
+        keep, m_start, m_end, m_carry = _seg_masks(seq_idx, b, nc, Q, pad, cdt)
+        w_start = w_start * m_start.transpose(2, 3)
+        w_end = w_end * m_end.transpose(2, 3)
+        carry = carry * m_carry
+
+    # each chunk's own end state, sum_j w_end_j dt_j x_j B_jᵀ, per group (heads x P, Q) @ (Q, N),
+    # written into states[:, c + 1]; then S_{c+1} += carry_c S_c in place, chunk after chunk
+    states = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
+    if initial_states is not None:
+        states[:, 0] = initial_states
+    else:
+        states[:, 0] = 0.0
+    wd = (d.transpose(2, 3) * w_end).transpose(2, 3)  # (b, c, Q, H)
+    xw = (xc * wd[..., None]).reshape(b, nc, Q, G, hg * P).permute(0, 1, 3, 4, 2)
+    for i in range(b):
+        torch.matmul(xw[i], Bg[i], out=states[i, 1:].view(nc, G, hg * P, N))
+    del xw
+    for c in range(nc):
+        states[:, c + 1].addcmul_(carry[:, c, :, None, None], states[:, c])
+    final = states[:, nc].clone()
+
+    # the output, in place, a block of chunks of one batch row at a time (temporaries of a block
+    # only): within chunks y_i = sum_j (C_i . B_j) decay_ij dt_j x_j, the decay matrix built in
+    # place and applied per chunk and head; then y_i += w_start_i C_i S_cᵀ per group
+    direct = pad == 0 and z is None and x.dtype == cdt
+    y = torch.empty(b, nc * Q, H, P, dtype=cdt)  # (b, c, Q, H, P) as chunks
+    yc = y.view(b, nc, Q, H, P)
+    S = states[:, :nc].view(b, nc, G, hg * P, N)
+    dh = d.transpose(2, 3).contiguous()  # (b, c, H, Q)
+    ws = w_start.view(b, nc, G, hg, Q).transpose(3, 4)[..., None]  # (b, c, G, Q, hg, 1)
+    for i in range(b):
+        for c0 in range(0, nc, _BLOCK):
+            c1 = min(nc, c0 + _BLOCK)
+            k = c1 - c0
+            CB = Cg[i, c0:c1] @ Bg[i, c0:c1].transpose(-1, -2)  # (k, G, Q, Q)
+            if keep is None:  # the C kernel: one pass
+                Mb = _intra_matrix(cs[i, c0:c1], dh[i, c0:c1], CB, H, G, Q)
+            else:
+                csb = cs[i, c0:c1]  # (k, H, Q)
+                Mb = csb[..., :, None] - csb[..., None, :]  # (k, H, Q, Q)
+                Mb.masked_fill_(~keep[i, c0:c1], float("-inf")).exp_()
+                Mb.view(k, G, hg, Q, Q).mul_(CB[:, :, None])
+                Mb.mul_(dh[i, c0:c1, :, None, :])
+            for c in range(c0, c1):
+                torch.bmm(Mb[c - c0], xc[i, c].transpose(0, 1), out=yc[i, c].transpose(0, 1))
+            CS = Cg[i, c0:c1] @ S[i, c0:c1].transpose(-1, -2)  # (k, G, Q, hg * P)
+            yg = yc[i, c0:c1].view(k, Q, G, hg, P).transpose(1, 2)
+            yg.addcmul_(CS.view(k, G, Q, hg, P), ws[i, c0:c1])
+    del states, S
+
     Dh = _skip(D, cdt)
+    if direct:  # y is the output: add the skip term in place
+        if Dh is not None:
+            y.addcmul_(Dh, x)
+        return y, final
+    yt = y[:, :L]
     if Dh is not None:
-        y = y + Dh * x.to(cdt)
+        yt = torch.addcmul(yt, Dh, x.to(cdt))
     if z is not None:
-        y = y * F.silu(z.to(cdt))
+        yt = yt * F.silu(z.to(cdt))
     out = torch.empty(x.shape, dtype=x.dtype)
-    out.copy_(y)
-    return out, p.final.contiguous()
+    out.copy_(yt)
+    return out, final
 
 
 def ssd_backward(
@@ -235,26 +377,35 @@ def ssd_backward(
 
     # read-out of the carried state: y_i += w_start_i * C_i S_c^T
     gw = (gc * p.w_start[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)  # (b,c,G,Q,hgP)
-    dS_out = (gw.transpose(-1, -2) @ p.Cg).reshape(b, nc, H, P, N)
+    # dS_out_c, the read-out's gradient of the state entering chunk c, written into dstates[:, c]
+    dstates = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
+    for i in range(b):
+        torch.matmul(gw[i].transpose(-1, -2), p.Cg[i], out=dstates[i, :nc].view(nc, G, hg * P, N))
     if CS is not None:  # C S^T at hand: dw_start from it, dC with all heads of a group as K
         dw_start = (gc * CS).sum(-1)  # (b, c, Q, H)
         dC = gw @ p.entering.reshape(b, nc, G, hg * P, N)  # (b, c, G, Q, N)
     else:  # one product per head, g S, serves both (Note [SSD chunked backward])
-        T = (gc.transpose(2, 3) @ p.entering).reshape(b, nc, G, hg, Q, N)
-        dw_start = (T * p.Cg[:, :, :, None]).sum(-1).reshape(b, nc, H, Q).transpose(2, 3)
+        # chunk by chunk: T is (H, Q, N), twice x's size over all chunks
+        gh = gc.transpose(2, 3)  # (b, c, H, Q, P), a view
         w = p.w_start.transpose(2, 3).reshape(b, nc, G, hg, Q, 1)
-        dC = (T * w).sum(3)
+        dw_start = torch.empty(b, nc, G, hg, Q, dtype=cdt)
+        dC = torch.empty(b, nc, G, Q, N, dtype=cdt)
+        T = torch.empty(H, Q, N, dtype=cdt)
+        Tg = T.view(G, hg, Q, N)
+        for i in range(b):
+            for c in range(nc):
+                torch.bmm(gh[i, c], p.entering[i, c], out=T)
+                torch.sum(Tg * p.Cg[i, c, :, None], -1, out=dw_start[i, c])
+                torch.sum(Tg * w[i, c], 1, out=dC[i, c])
+        dw_start = dw_start.reshape(b, nc, H, Q).transpose(2, 3)
 
-    # the loop over chunks, backwards: S_{c+1} = carry_c S_c + local_c
-    dstates = torch.empty(b, nc + 1, H, P, N, dtype=cdt)
+    # the loop over chunks, backwards, in place: S_{c+1} = carry_c S_c + local_c
     if dfinal_states is not None:
         dstates[:, nc] = dfinal_states
     else:
         dstates[:, nc] = 0.0
     for c in range(nc - 1, -1, -1):
-        torch.addcmul(
-            dS_out[:, c], p.carry[:, c, :, None, None], dstates[:, c + 1], out=dstates[:, c]
-        )
+        dstates[:, c].addcmul_(p.carry[:, c, :, None, None], dstates[:, c + 1])
     dlocal = dstates[:, 1:]
     dcarry = (dlocal * p.entering).sum(dim=(-1, -2))  # (b, c, H)
     if initial_states is not None:
@@ -265,15 +416,21 @@ def ssd_backward(
     dl = dlocal.reshape(b, nc, G, hg * P, N)
     dB = xw @ dl  # (b, c, G, Q, N)
     dxw = (p.Bg @ dl.transpose(-1, -2)).transpose(2, 3).reshape(b, nc, Q, H, P)
-    dxdt = dxw * p.w_end[..., None]
     dw_end = (dxw * p.xdt).sum(-1)  # (b, c, Q, H)
 
     # within chunks: y_i += sum_j CB_ij decay_ij xdt_j
     M = (p.CB[:, :, :, None] * p.decay.reshape(b, nc, G, hg, Q, Q)).reshape(b, nc, H, Q, Q)
-    gh = gc.transpose(2, 3)  # (b, c, H, Q, P)
+    gh = gc.transpose(2, 3)  # (b, c, H, Q, P), views
     xh = p.xdt.transpose(2, 3)
-    dxdt = dxdt + (M.transpose(-1, -2) @ gh).transpose(2, 3)
-    dM = gh @ xh.transpose(-1, -2)  # (b, c, H, Q, Q)
+    dxdt = torch.empty(b, nc, Q, H, P, dtype=cdt)
+    dxh = dxdt.transpose(2, 3)
+    dM = torch.empty(b, nc, H, Q, Q, dtype=cdt)
+    for i in range(b):  # per chunk: strided operands and results without copies
+        for c in range(nc):
+            torch.bmm(M[i, c].transpose(-1, -2), gh[i, c], out=dxh[i, c])
+            torch.bmm(gh[i, c], xh[i, c].transpose(-1, -2), out=dM[i, c])
+    dxdt.addcmul_(dxw, p.w_end[..., None])
+    del dxw
     dlog = dM * M
     dCB = (dM * p.decay).reshape(b, nc, G, hg, Q, Q).sum(3)
     dC = dC + dCB @ p.Bg
