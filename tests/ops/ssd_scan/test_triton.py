@@ -15,6 +15,7 @@ import os
 import pytest
 import torch
 
+from ssmscan.ops.ssd_scan.common import state_dtype
 from ssmscan.ops.ssd_scan.plan import plan_for
 from ssmscan.ops.ssd_scan.reference import ssd_scan_reference
 from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs, empty_forward_outputs
@@ -84,7 +85,7 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
     out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, plan)
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
-    assert out.dtype == kw["x"].dtype and final.dtype == torch.float32
+    assert out.dtype == kw["x"].dtype and final.dtype == state_dtype(kw["x"].dtype)
     assert_close_to_reference("out", out, r_out, dtype)
     assert_close_to_reference("final_states", final, r_final, dtype)
     assert set(grads) == set(r_grads)
@@ -157,6 +158,34 @@ def test_triton_interpreter_blocks(ssd_inputs):
         out_block_p=16, block_p=16, block_n=16,
                                pass_block=256)  # fmt: skip
     _check(kw, (0.0, INF), True, plan, torch.float32, 21)
+
+
+@pytest.mark.triton
+@_INTERP
+def test_triton_interpreter_strided_inputs(ssd_inputs):
+    """x, dt, B, C, z and dout as non-contiguous views (a transpose of their storage, a step of
+    2 in time): the launchers read them as their values, not their storage."""
+    kw = ssd_inputs(batch=2, L=40, nheads=4, headdim=4, ngroups=2, dstate=8, seed=9, **FULL)
+
+    def strided(t):  # same values; time-major storage with every other step unused
+        buf = torch.empty((t.shape[1] * 2, t.shape[0], *t.shape[2:]), dtype=t.dtype)
+        view = buf[::2].transpose(0, 1)
+        view.copy_(t)
+        return view
+
+    for k in ("x", "dt", "B", "C", "z"):
+        kw[k] = strided(kw[k])
+        assert not kw[k].is_contiguous()
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16)
+    _check(kw, (0.0, INF), True, plan, torch.float32, 40)
+
+
+def test_float64_runs_the_cpu_kernel_on_host_copies(ssd_inputs):
+    """float64 (no Triton path): the launchers run the CPU kernel on host copies, equal to the
+    float64 reference to the float64 tolerance."""
+    kw = ssd_inputs(batch=2, L=37, nheads=4, headdim=4, ngroups=2, dstate=8,
+                    dtype=torch.float64, seed=4, **FULL)  # fmt: skip
+    _check(kw, (0.0, INF), True, None, torch.float64, 37)
 
 
 @pytest.mark.triton
