@@ -44,7 +44,12 @@ from ssmscan.ops.ssd_scan import op as _op  # noqa: F401  (registers the ops)
 from ssmscan.ops.ssd_scan.reference import ssd_scan_chunked_reference
 from ssmscan.testing import tolerance
 
-SHAPES = [(8, 2048, 24, 64, 1, 128), (4, 4096, 48, 64, 8, 128), (16, 512, 24, 64, 1, 128)]
+SHAPES = [
+    (8, 2048, 24, 64, 1, 128),
+    (4, 4096, 48, 64, 8, 128),
+    (16, 512, 24, 64, 1, 128),
+    (1, 256, 24, 64, 1, 128),  # batch 1, short: launch and host overhead
+]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GRADS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
 
