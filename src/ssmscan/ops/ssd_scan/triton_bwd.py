@@ -417,7 +417,8 @@ def launch(
             else:
                 t.zero_()
         return
-    x, dt, B, C, z, dout = (_contiguous(t) for t in (x, dt, B, C, z, dout))
+    x, dt, B, C = x.contiguous(), dt.contiguous(), B.contiguous(), C.contiguous()
+    z, dout = _contiguous(z), dout.contiguous()
     dfinal = _contiguous(dfinal_states)
     init = _contiguous(initial_states)
     seg = segment_ids(seq_idx) if seq_idx is not None else None
@@ -470,13 +471,15 @@ def launch(
 
 
 def _launch_host(*args: object) -> None:
-    """float64: the CPU kernel on host copies (correct, not fast)."""
+    """float64: the CPU kernel on host copies (correct, not fast). ``args``: ``launch``'s first
+    15, then the gradients by input name."""
     from ssmscan.ops.ssd_scan import cpu
 
-    *ins, grads = args
-    host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in ins]
-    res = cpu.ssd_backward(*host, 64)  # type: ignore[arg-type]
-    for k, t in grads.items():  # type: ignore[attr-defined]
+    host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in args[:15]]
+    grads = args[15]
+    assert isinstance(grads, dict)
+    res = cpu.ssd_backward(*host, 64)  # type: ignore[arg-type, call-arg]  # launch's arguments, listed
+    for k, t in grads.items():
         t.copy_(res[k])
 
 

@@ -494,7 +494,8 @@ def launch(
         else:
             final_states.zero_()
         return
-    x, dt, B, C, z = (_contiguous(t) for t in (x, dt, B, C, z))
+    x, dt, B, C = x.contiguous(), dt.contiguous(), B.contiguous(), C.contiguous()
+    z = _contiguous(z)
     seg = segment_ids(seq_idx) if seq_idx is not None else None
     init = _contiguous(initial_states)
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
@@ -513,12 +514,14 @@ def launch(
 
 
 def _launch_host(*args: object) -> None:
-    """float64: no Triton path; the CPU kernel on host copies (correct, not fast)."""
+    """float64: no Triton path; the CPU kernel on host copies (correct, not fast). ``args``:
+    ``launch``'s, without the plan."""
     from ssmscan.ops.ssd_scan import cpu
 
-    *ins, out, final_states = args
-    host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in ins]
-    res = cpu.ssd_forward(*host, 64)  # type: ignore[arg-type]
+    host = [t.cpu() if isinstance(t, torch.Tensor) else t for t in args[:13]]
+    out, final_states = args[13], args[14]
+    assert isinstance(out, torch.Tensor) and isinstance(final_states, torch.Tensor)
+    res = cpu.ssd_forward(*host, 64)  # type: ignore[arg-type, call-arg]  # launch's arguments, listed
     out.copy_(res[0])
     final_states.copy_(res[1])
 
