@@ -432,7 +432,7 @@ def launch(
     Q = plan.chunk
     dstates = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
     chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan, f32_dot)
-    nblk = cdiv(P * N, plan.pass_block)
+    nblk = cdiv(int(P) * int(N), plan.pass_block)  # ints: the planner specialized P and N
     dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
     launcher(_ssd_scan_bwd_pass_kernel)[(batch * H, nblk)](
         dstates, states, dfinal, grads.get("initial_states"), dk, cs, seg, L, H, P * N, NC, nblk,
