@@ -42,6 +42,11 @@ CASES = {
     "Zamba2": ("zamba2", {}, SsmscanZamba2MambaMixer),
 }
 ADAPTED = tuple({c[2] for c in CASES.values()})
+# the features every family shares through one forward: Mamba2 in the default suite, the rest slow
+MAMBA2_THEN_SLOW = [
+    "Mamba2",
+    *(pytest.param(c, marks=pytest.mark.slow) for c in CASES if c != "Mamba2"),
+]
 
 
 def _build(case: str, initializer_range: float = 0.1, seed: int = 0):
@@ -115,6 +120,7 @@ def test_logits_equal_transformers(models, L, use_cache):
         assert int(got.cache.get_seq_length()) == int(expected.cache.get_seq_length()) == L
 
 
+@pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
 def test_left_padding_equals_transformers(models):
     """A left-padded batch: the mask zeroes padded positions before and after the conv."""
     ref, model = models
@@ -146,6 +152,7 @@ def test_decode_after_prefill_equals_transformers(models):
     assert_close_to_reference("decode vs one forward", outputs[1], full, F32)
 
 
+@pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
 def test_chunked_prefill_continues_from_the_cache(models):
     """A second multi-token chunk continues from the cached state (as transformers' Mamba-2 path)."""
     ref, model = models
@@ -180,13 +187,7 @@ def test_greedy_generate_unchanged(case):
     reason="this transformers' cache cannot roll back a recurrent state (added in 5.25), so "
     "transformers refuses assisted decoding for SSM layers",
 )
-@pytest.mark.parametrize(
-    "case",
-    [
-        "Mamba2",
-        *(pytest.param(c, marks=pytest.mark.slow) for c in CASES if c != "Mamba2"),
-    ],
-)
+@pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
 def test_assisted_decoding_equals_greedy(case, monkeypatch):
     """Full 3-token drafts from a differently seeded (adapted) assistant, mostly rejected: the
     target's cache rolls back through ``crop`` and the tokens equal transformers' greedy ones."""
@@ -229,6 +230,7 @@ def test_bfloat16_model(case):
     assert_close_to_reference("bf16 logits", logits, expected.logits, torch.bfloat16)
 
 
+@pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
 def test_weights_are_shared_and_switching_is_idempotent(case):
     ref = _build(case)
     before = {name: p.data_ptr() for name, p in ref.named_parameters()}
@@ -271,10 +273,7 @@ def test_subclassed_mamba2_mixer_is_rejected():
         use_ssmscan(model)
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["Mamba2", *(pytest.param(c, marks=pytest.mark.slow) for c in CASES if c != "Mamba2")],
-)
+@pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
 def test_training_forward_backward(case):
     """In training mode without a cache transformers runs the same torch path; gradients of the
     first mixer's parameters equal it. Both sides are float32 computations, each within the

@@ -34,7 +34,7 @@ def causal_conv(
     """The mixer's causal depthwise conv and activation, reading and updating ``cache``.
 
     Args:
-        mixer: a transformers Mamba-1 mixer (``conv1d``, ``act``, ``layer_idx``).
+        mixer: a transformers Mamba-1 or Mamba-2 mixer (``conv1d``, ``act``, ``layer_idx``).
         x: (batch, dim, L) conv input.
         cache: the model's cache or None.
         dtype: dtype of the result (the mixer's input dtype).
