@@ -69,8 +69,8 @@ def test_triton_impl_not_implemented(ssd_inputs):
 
 
 def test_non_cpu_tensors_not_implemented(ssd_inputs):
-    """Tensors on another device (meta stands in for CUDA here) get NotImplementedError, never
-    a silent slow path; impl='reference' is named as the alternative."""
+    """Tensors on a device with no kernel (meta) get NotImplementedError, never a silent slow
+    path; impl='reference' is named as the alternative."""
     kw = {
         k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in _kw(ssd_inputs).items()
     }

@@ -117,7 +117,8 @@ def ssd_scan(
         raise NotImplementedError(
             f"ssd_scan runs impl='cpu' on CPU tensors and impl='triton' (Triton kernels) on CUDA "
             f"tensors; got impl={impl!r} with x on {x.device}: use impl='auto', "
-            "impl='reference' (any device, slow) or move the tensors"
+            "impl='parallel' or 'loop' (plain aten, any device), impl='reference' (any device, "
+            "slow) or move the tensors"
         )
     _, _, nheads, headdim = x.shape
     Q = chunk_size or plan_chunk_size(nheads, headdim, B.shape[3], B.shape[2])
