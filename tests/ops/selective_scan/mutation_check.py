@@ -89,8 +89,8 @@ def capture(path: str) -> None:
                 inputs[t.untyped_storage().data_ptr()] = name
 
     triton_launch._Launcher._launch = spy  # type: ignore[method-assign]
-    # the traced launches' plans (the L1 prefetches off) for a GPU
-    triton_bwd.is_wrap_triton_enabled = lambda: True
+    from torch._library.triton import set_wrap_triton_enabled  # (after the shim)
+
     for label, (policy, fallback), (batch, dim, L, N, groups, dtype) in CASES:
         pol = Policy(split_below_warps=0) if policy == "one-segment" else Policy()
         kw = make_selective_scan_inputs(batch, dim, L, N, groups=groups, dtype=dtype, device="cpu")
@@ -98,7 +98,8 @@ def capture(path: str) -> None:
         dout = torch.randn_like(u)
         outs = empty_forward_outputs(u, A)
         fplan = triton_fwd.plan_for(u, A, B, C, pol, H200)
-        bplan = triton_bwd.plan_for(u, A, B, (u,), pol, H200)
+        with set_wrap_triton_enabled(True):  # a traced launch's plan (the L1 prefetches off)
+            bplan = triton_bwd.plan_for(u, A, B, (u,), pol, H200)
         if fallback:
             fplan, bplan = fplan.fallback, bplan.fallback
         mark(**dict(zip(OP_INPUTS, (u, delta, A, B, C, D, z, bias, dout))))
