@@ -172,6 +172,10 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"unknown target {args.target!r}: choose from {', '.join(EXPORT_TARGETS)}"
             )
+        if args.onnx_linear_attention and args.target != "onnx":
+            raise UsageError(
+                f"--onnx-linear-attention needs --target onnx; got --target {args.target}"
+            )
         check_output_file(args.output, "-o")
     elif args.command == "bench":
         if importlib.util.find_spec("matplotlib") is None:
@@ -261,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(exp, seq_len=64)
     exp.add_argument("--target", required=True, help=f"one of {', '.join(EXPORT_TARGETS)}")
     exp.add_argument("-o", "--output", required=True, metavar="PATH", help="artifact file")
+    exp.add_argument(
+        "--onnx-linear-attention",
+        action="store_true",
+        help="target onnx: write each Mamba-2 SSD scan as one opset-27 LinearAttention node "
+        "(ONNX Runtime >= 1.32) instead of a Scan loop",
+    )
     exp.set_defaults(func="export")
 
     ben = sub.add_parser(

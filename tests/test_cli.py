@@ -261,6 +261,31 @@ def test_export_onnx_runs_in_onnxruntime(tmp_path):
     assert logits.shape == (1, 9, 256)
 
 
+@pytest.mark.onnx
+@pytest.mark.skipif(not HAS_ONNX, reason="needs the onnx extra (onnx, onnxscript, onnxruntime)")
+def test_export_mamba2_onnx_linear_attention(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    out = tmp_path / "mamba2.onnx"
+    res = ssmscan(
+        "export", "--model", "tiny-mamba2", "--target", "onnx", "--onnx-linear-attention",
+        "-o", str(out), "--seq-len", "16",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert ops.count("LinearAttention") == 2 and "Scan" not in ops  # the tiny preset: 2 layers
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    ids = torch.randint(0, 256, (1, 9))
+    logits = sess.run(None, {sess.get_inputs()[0].name: ids.numpy()})[0]
+    from ssmscan.models import Mamba2Config, Mamba2LM
+
+    with torch.no_grad():
+        want = Mamba2LM.from_config(Mamba2Config.preset("tiny")).eval()(ids)[0]
+    err = (torch.from_numpy(logits) - want).abs().max() / want.abs().max()
+    assert err <= MODEL_TOL, err
+
+
 @pytest.mark.skipif(not HAS_MPL, reason="ssmscan bench plots with matplotlib (bench extra)")
 def test_bench_cpu_writes_plot_and_table(tmp_path):
     res = ssmscan(
@@ -328,6 +353,7 @@ BAD = {
     "zero-reps": ["report", "--reps", "0"],
     "export-unknown-target": ["export", "--target", "tflite", "-o", "x.bin"],
     "export-no-output": ["export", "--target", "onnx"],
+    "linear-attention-not-onnx": "export --target aoti --onnx-linear-attention -o x.pt2".split(),
     "bench-bad-length": ["bench", "--lengths", "0"],
     "no-command": [],
 }

@@ -132,6 +132,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 args.target,
                 dynamic_spec(args.seq_len) if dynamic else None,
                 path=args.output,
+                onnx_linear_attention=args.onnx_linear_attention,
             )
     except TargetUnavailable as e:
         progress(f"ssmscan export: {args.target} is unavailable here: {e}")
