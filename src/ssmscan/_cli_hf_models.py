@@ -132,7 +132,7 @@ def build_hf_tiny(
     import transformers
 
     cfg = _config(transformers, family, vocab_size, dict(config_overrides or {}))
-    cls = transformers.AutoModelForCausalLM._model_mapping[type(cfg)]
+    cls = getattr(transformers, type(cfg).__name__.replace("Config", "ForCausalLM"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(cfg)
@@ -155,5 +155,6 @@ def load_hf_tiny(spec: str) -> LoadedModel:
         raise UsageError(
             f"model {spec!r} needs transformers ({e}); install it with: pip install 'ssmscan[hf]'"
         ) from None
-    model = build_hf_tiny(family)
-    return LoadedModel(spec, _LogitsOnly(use_ssmscan(model)).eval(), model.config.vocab_size)
+    vocab_size = 256
+    model = build_hf_tiny(family, vocab_size=vocab_size)
+    return LoadedModel(spec, _LogitsOnly(use_ssmscan(model)).eval(), vocab_size)

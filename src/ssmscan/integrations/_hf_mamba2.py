@@ -218,7 +218,8 @@ class SsmscanFalconH1Mixer(_Mamba2Forward, FalconH1Mixer):
     the scan."""
 
     def _project(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.in_proj(hidden_states * self.ssm_in_multiplier) * self.mup_vector
+        mixer: Any = self  # ssm_in_multiplier is annotated optional; the config always sets it
+        return mixer.in_proj(hidden_states * mixer.ssm_in_multiplier) * mixer.mup_vector
 
     def _fuses_gate(self) -> bool:
         return not self.mamba_rms_norm
