@@ -373,7 +373,7 @@ def ssd_backward(
     if D is not None:
         gx = (g * xf).sum(dim=(0, 1))
         grads["D"] = gx if D.dim() == 2 else gx.sum(-1)
-    gc = F.pad(g, (0, 0, 0, 0, 0, pad)).reshape(b, nc, Q, H, P)
+    gc = (F.pad(g, (0, 0, 0, 0, 0, pad)) if pad else g).reshape(b, nc, Q, H, P)
 
     # read-out of the carried state: y_i += w_start_i * C_i S_c^T
     gw = (gc * p.w_start[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)  # (b,c,G,Q,hgP)
@@ -406,16 +406,27 @@ def ssd_backward(
         dstates[:, nc] = 0.0
     for c in range(nc - 1, -1, -1):
         dstates[:, c].addcmul_(p.carry[:, c, :, None, None], dstates[:, c + 1])
-    dlocal = dstates[:, 1:]
-    dcarry = (dlocal * p.entering).sum(dim=(-1, -2))  # (b, c, H)
     if initial_states is not None:
-        grads["initial_states"] = dstates[:, 0]
+        grads["initial_states"] = dstates[:, 0].clone()
 
-    # each chunk's own state: local = (xdt * w_end)^T B per group
+    # each chunk's own state: local = (xdt * w_end)^T B per group; dlocal_c = dstates[:, c + 1]
+    # and dcarry_c = dS_{c+1} . S_c, per batch row (its chunks' states are contiguous)
     xw = (p.xdt * p.w_end[..., None]).reshape(b, nc, Q, G, hg * P).transpose(2, 3)
-    dl = dlocal.reshape(b, nc, G, hg * P, N)
-    dB = xw @ dl  # (b, c, G, Q, N)
-    dxw = (p.Bg @ dl.transpose(-1, -2)).transpose(2, 3).reshape(b, nc, Q, H, P)
+    dcarry = torch.empty(b, nc, H, dtype=cdt)
+    dB = torch.empty(b, nc, G, Q, N, dtype=cdt)
+    dxw_g = torch.empty(b, nc, G, Q, hg * P, dtype=cdt)
+    dl = ent = dxw_g  # bound even for an empty batch
+    for i in range(b):
+        dl = dstates[i, 1:].view(nc, G, hg * P, N)
+        ent = p.entering[i].reshape(nc * H, P * N, 1)
+        torch.bmm(dl.view(nc * H, 1, P * N), ent, out=dcarry[i].view(nc * H, 1, 1))
+        torch.matmul(xw[i], dl, out=dB[i])
+        torch.matmul(p.Bg[i], dl.transpose(-1, -2), out=dxw_g[i])
+    # the states and their gradients are not needed below: release them (the largest buffers)
+    del dstates, dl, ent, xw
+    p.entering = p.final = torch.empty(0, dtype=cdt)
+    dxw = dxw_g.transpose(2, 3).reshape(b, nc, Q, H, P)
+    del dxw_g
     dw_end = (dxw * p.xdt).sum(-1)  # (b, c, Q, H)
 
     # within chunks: y_i += sum_j CB_ij decay_ij xdt_j
