@@ -132,23 +132,30 @@ class MixerTimer:
     def _stop(self, *_: object) -> None:
         self.total += time.perf_counter() - self._t0
 
+    def reset(self) -> None:
+        self.total = 0.0
+
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
 
 
 @torch.no_grad()
-def prefill(model: torch.nn.Module, ids: torch.Tensor) -> float:
+def prefill(model: torch.nn.Module, ids: torch.Tensor, on_start=None) -> float:
+    if on_start is not None:
+        on_start()
     t0 = time.perf_counter()
     model(ids, use_cache=True, logits_to_keep=1)
     return time.perf_counter() - t0
 
 
 @torch.no_grad()
-def decode(model: torch.nn.Module, batch: int, steps: int) -> float:
+def decode(model: torch.nn.Module, batch: int, steps: int, on_start=None) -> float:
     """Seconds of ``steps`` one-token forwards after a 32-token prefill (not timed)."""
     out = model(_ids(batch, 32, 2), use_cache=True, logits_to_keep=1)
     token, cache = out.logits.argmax(-1), out.cache
+    if on_start is not None:
+        on_start()
     t0 = time.perf_counter()
     for _ in range(steps):
         out = model(token, cache=cache, use_cache=True)
@@ -160,7 +167,7 @@ def timed(model: torch.nn.Module, run, reps: int) -> tuple[float, float]:
     """(median seconds of ``run``, the mixers' share of one more run's time)."""
     t = _median(run, reps)
     timer = MixerTimer(model)
-    wall = run()
+    wall = run(on_start=timer.reset)
     timer.remove()
     return t, timer.total / wall
 
