@@ -193,11 +193,10 @@ def main() -> None:
     print(f"{'row':<22} {'transformers':>14} {'ssmscan':>14} {'speedup':>8}  mixer share (tf / ss)")
     prompt = _ids(1, args.seq_len, 0)
     steps = args.decode_steps
-    rows = [(f"prefill L={args.seq_len}", lambda m: prefill(m, prompt), args.seq_len)]
+    rows = [(f"prefill L={args.seq_len}", functools.partial(prefill, ids=prompt), args.seq_len)]
     for batch in (1, 16):
-        rows.append(
-            (f"decode batch {batch}", lambda m, b=batch: decode(m, b, steps), batch * steps)
-        )
+        step = functools.partial(decode, batch=batch, steps=steps)
+        rows.append((f"decode batch {batch}", step, batch * steps))
     for name, run, tokens in rows:
         t_ref, share_ref = timed(ref, functools.partial(run, ref), args.reps)
         t_fast, share_fast = timed(fast, functools.partial(run, fast), args.reps)
