@@ -121,9 +121,10 @@ def test_logits_equal_transformers(models, L, use_cache):
 
 
 @pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
-def test_left_padding_equals_transformers(models):
+def test_left_padding_equals_transformers(case):
     """A left-padded batch: the mask zeroes padded positions before and after the conv."""
-    ref, model = models
+    ref = _build(case)
+    model = use_ssmscan(copy.deepcopy(ref))
     ids = _ids(2, 12, seed=4)
     mask = torch.ones_like(ids)
     mask[0, :5] = 0
@@ -153,9 +154,10 @@ def test_decode_after_prefill_equals_transformers(models):
 
 
 @pytest.mark.parametrize("case", MAMBA2_THEN_SLOW)
-def test_chunked_prefill_continues_from_the_cache(models):
+def test_chunked_prefill_continues_from_the_cache(case):
     """A second multi-token chunk continues from the cached state (as transformers' Mamba-2 path)."""
-    ref, model = models
+    ref = _build(case)
+    model = use_ssmscan(copy.deepcopy(ref))
     ids = _ids(1, 30, seed=6)
     with torch.no_grad():
         pos = _positions(model, 17, 30, 1)
