@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import Cache
 from transformers.integrations.accelerate import force_accelerate_hooks
 from transformers.models.bamba.modeling_bamba import BambaMixer
@@ -45,7 +46,6 @@ def ssd_scan_with_cache(
     dt: torch.Tensor,
     B: torch.Tensor,
     C: torch.Tensor,
-    z: torch.Tensor | None,
     impl: Impl,
 ) -> torch.Tensor:
     """The mixer's SSD scan (D skip, softplus on ``dt + dt_bias``), following the cache protocol.
@@ -58,7 +58,7 @@ def ssd_scan_with_cache(
     Args:
         mixer: the mixer (``layer_idx``, ``A_log``, ``D``, ``dt_bias``, ``time_step_limit``).
         cache: the model's cache or None.
-        x: (batch, L, nheads, headdim); z: like x or None (the ``silu`` gate, when fused).
+        x: (batch, L, nheads, headdim).
         dt: (batch, L, nheads) before bias and softplus, x's dtype.
         B, C: (batch, L, ngroups, dstate), x's dtype.
         impl: the ``impl`` passed to ``ssmscan.ssd_scan``.
@@ -84,7 +84,7 @@ def ssd_scan_with_cache(
             B[:, t],
             C[:, t],
             D[:, None].expand(-1, head_dim),
-            None if z is None else z[:, t],
+            None,
             dt_bias[:, None].expand(-1, head_dim),
             True,
         )
@@ -108,7 +108,6 @@ def ssd_scan_with_cache(
             B[:, :head],
             C[:, :head],
             D=D,
-            z=None if z is None else z[:, :head],
             dt_bias=dt_bias,
             initial_states=last,
             dt_softplus=True,
@@ -146,10 +145,6 @@ class _Mamba2Forward:
         """(batch, L, hidden) -> (batch, L, gate + conv + heads): ``in_proj``."""
         return self.in_proj(hidden_states)  # type: ignore[attr-defined]
 
-    def _fuses_gate(self) -> bool:
-        """Whether the gate is a plain ``silu`` applied in the scan (no gated norm)."""
-        return False
-
     def _gate(self, scan_output: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """The family's gated RMS norm of (batch, L, d) scan output by (batch, L, d) gate."""
         return self.norm(scan_output, gate)  # type: ignore[attr-defined]
@@ -175,7 +170,6 @@ class _Mamba2Forward:
         xBC = causal_conv(mixer, xBC.transpose(1, 2), cache, dtype)
         xBC = mask_padding(xBC.transpose(1, 2), attention_mask)  # (batch, L, conv_dim)
         x, B, C = torch.split(xBC, [d, groups * n, groups * n], dim=-1)
-        fused = self._fuses_gate()
         out = ssd_scan_with_cache(
             mixer,
             cache,
@@ -183,12 +177,9 @@ class _Mamba2Forward:
             dt,
             B.reshape(batch, seq_len, groups, n),
             C.reshape(batch, seq_len, groups, n),
-            gate.reshape(batch, seq_len, heads, head_dim) if fused else None,
             self.ssmscan_impl,
         ).reshape(batch, seq_len, d)
-        if not fused:
-            out = self._gate(out, gate)
-        return mixer.out_proj(out.to(dtype))
+        return mixer.out_proj(self._gate(out, gate).to(dtype))
 
 
 class SsmscanMamba2Mixer(_Mamba2Forward, Mamba2Mixer):
@@ -214,12 +205,15 @@ class SsmscanZamba2MambaMixer(_Mamba2Forward, Zamba2MambaMixer):
 
 class SsmscanFalconH1Mixer(_Mamba2Forward, FalconH1Mixer):
     """transformers' ``FalconH1Mixer`` on ssmscan ops: the input scaled by ``ssm_in_multiplier``,
-    the projections by ``mup_vector``; without ``mamba_rms_norm`` the ``silu`` gate runs inside
-    the scan."""
+    the projections by ``mup_vector``; without ``mamba_rms_norm`` a plain ``silu`` gate, applied
+    after the scan as transformers does."""
 
     def _project(self, hidden_states: torch.Tensor) -> torch.Tensor:
         mixer: Any = self  # ssm_in_multiplier is annotated optional; the config always sets it
         return mixer.in_proj(hidden_states * mixer.ssm_in_multiplier) * mixer.mup_vector
 
-    def _fuses_gate(self) -> bool:
-        return not self.mamba_rms_norm
+    def _gate(self, scan_output: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        mixer: Any = self
+        if mixer.mamba_rms_norm:
+            return mixer.norm(scan_output, gate)
+        return scan_output * F.silu(gate)
