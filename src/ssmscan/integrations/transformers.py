@@ -159,8 +159,8 @@ def use_ssmscan(model: torch.nn.Module, impl: Impl = "auto") -> torch.nn.Module:
             ``JambaForCausalLM``, ``Mamba2ForCausalLM``, ``BambaForCausalLM``) holding at least
             one supported mixer.
         impl: scan implementation: ``"auto"`` (the kernel for the device), ``"cpu"``,
-            ``"triton"`` or ``"reference"``. ``ssmscan.ssd_scan`` has CPU kernels only: a
-            Mamba-2 family on a GPU needs ``"reference"`` until its GPU kernels land.
+            ``"triton"`` or ``"reference"`` (passed to ``ssmscan.selective_scan`` for the
+            Mamba-1 families, ``ssmscan.ssd_scan`` for the Mamba-2 ones).
 
     Returns:
         The same model object.
