@@ -185,3 +185,17 @@ def test_chunked_reference_exports_as_aten(ssd_inputs):
     ref, ref_final = ssd_scan_reference(**kw, return_final_states=True)
     assert_close_to_reference("out", out, ref, torch.float32)
     assert_close_to_reference("final_states", final, ref_final, torch.float32)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["single", "packed"])
+@pytest.mark.parametrize("chunk_size", [64, 128], ids=lambda q: f"Q{q}")
+def test_strong_decays_fp32_against_float64_reference(chunk_size, packed, ssd_inputs):
+    """Time steps of several units and A down to -24 (as a randomly initialized 130m model has):
+    the log-decays summed within a chunk reach thousands, where a float32 difference of two such
+    sums loses every digit of a decay near 1; the kernel must keep them exact."""
+    kw = ssd_inputs(L=300, nheads=4, headdim=8, ngroups=2, dstate=16, D_shape="head",
+                    dt_bias=True, initial_states=True, seq_idx=packed)  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    kw["dt"] = (torch.rand(kw["dt"].shape, generator=g) * 4).to(kw["dt"].dtype)
+    kw["A"] = -(1 + 23 * torch.rand(kw["A"].shape, generator=g)).to(kw["A"].dtype)
+    _compare(kw, torch.float32, chunk_size=chunk_size)

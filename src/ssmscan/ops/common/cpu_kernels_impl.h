@@ -412,23 +412,25 @@ void SSM_FN(ssu_step)(T* state, const T* x, const T* dt, const T* z, const T* A,
  *   M[i, j] = exp(cs_i - cs_j) CB_g[i, j] dt_j   for j <= i,   0 for j > i,
  * g = head / (H / G). One pass writes M: the differences, the mask, the exponential and both
  * products fused. An exponent above the diagonal may overflow; the select discards it.
- * cs, dt: (chunks, H, Q); CB: (chunks, G, Q, Q); M: (chunks, H, Q, Q); all contiguous. */
-void SSM_FN(ssd_intra)(const T* cs, const T* dt, const T* CB, int64_t H, int64_t G, int64_t Q,
+ * cs (chunks, H, Q) is float64 whatever T is: a chunk's log-decays summed reach thousands at
+ * strong decays, where a difference of two float32 sums loses every digit of a decay near 1.
+ * dt: (chunks, H, Q); CB: (chunks, G, Q, Q); M: (chunks, H, Q, Q); all contiguous. */
+void SSM_FN(ssd_intra)(const double* cs, const T* dt, const T* CB, int64_t H, int64_t G, int64_t Q,
                        int64_t item_begin, int64_t item_end, T* M) {
     const int64_t hg = H / G;
     for (int64_t item = item_begin; item < item_end; ++item) {
         const int64_t c = item / H, h = item % H, g = h / hg;
-        const T* restrict ch = cs + item * Q;
+        const double* restrict ch = cs + item * Q;
         const T* restrict dh = dt + item * Q;
         const T* restrict cb = CB + (c * G + g) * Q * Q;
         T* restrict m = M + item * Q * Q;
         for (int64_t i = 0; i < Q; ++i) {
-            const T ci = ch[i];
+            const double ci = ch[i];
             const T* restrict cbi = cb + i * Q;
             T* restrict mi = m + i * Q;
 #pragma omp simd
             for (int64_t j = 0; j < Q; ++j) {
-                const T e = EXP(ci - ch[j]) * cbi[j] * dh[j];
+                const T e = EXP((T)(ci - ch[j])) * cbi[j] * dh[j];
                 mi[j] = j <= i ? e : (T)0;
             }
         }

@@ -73,8 +73,8 @@ def _pieces(
     xdt = xc * d[..., None]
     Bg = chunked(B).transpose(2, 3).contiguous()
     Cg = chunked(C).transpose(2, 3).contiguous()
-    cs = torch.cumsum(d * A.to(cdt), dim=2).transpose(2, 3)  # (b, c, H, Q)
-    cs_last = cs[..., -1]  # (b, c, H)
+    cs = _log_decays(d, A)  # (b, c, H, Q) float64
+    cs_last = cs[..., -1:]  # (b, c, H, 1)
 
     tril = torch.ones(Q, Q, dtype=torch.bool).tril()
     keep = tril
@@ -91,12 +91,11 @@ def _pieces(
             (last == prev).to(cdt)[..., None],  # (b, c, 1) the carry goes through
         )
 
-    decay = cs[..., :, None] - cs[..., None, :]
-    decay.masked_fill_(~keep, float("-inf")).exp_()
+    decay = _decay_matrix(cs, keep, torch.empty(b, nc, H, Q, Q, dtype=cdt))
     CB = Cg @ Bg.transpose(-1, -2)
-    w_start = torch.exp(cs).transpose(2, 3)
-    w_end = torch.exp(cs_last[..., None] - cs).transpose(2, 3)
-    carry = torch.exp(cs_last)
+    w_start = torch.exp(cs).to(cdt).transpose(2, 3)
+    w_end = torch.exp(cs_last - cs).to(cdt).transpose(2, 3)
+    carry = torch.exp(cs_last[..., 0]).to(cdt)
     if masks is not None:
         w_start, w_end, carry = w_start * masks[0], w_end * masks[1], carry * masks[2]
 
@@ -153,14 +152,40 @@ def _intra_kernel(dtype: torch.dtype) -> Callable[..., None]:
     return fn
 
 
+def _log_decays(d: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """(b, c, H, Q) float64 cumulative sums of dt * A within each chunk from d (b, c, Q, H).
+
+    Float64 whatever the inputs: at strong decays (dt of a few units, A near -24) these sums
+    reach thousands within a chunk, and a float32 difference cs_i - cs_j of two such sums keeps
+    no digit of a decay near 1 (Note [SSD chunked form]). Every decay is taken as a float64
+    difference, then rounded to the state dtype."""
+    f64 = torch.float64
+    return torch.cumsum(d.to(f64) * A.to(f64), dim=2).transpose(2, 3).contiguous()
+
+
+def _decay_matrix(cs: torch.Tensor, keep: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """exp(cs_i - cs_j) where ``keep`` (Q, Q) or (b, c, 1, Q, Q), else 0, into ``out`` (b, c, H,
+    Q, Q) in its dtype, from ``cs`` (b, c, H, Q) float64; the float64 differences are made a
+    block of chunks of one batch row at a time."""
+    for i in range(cs.shape[0]):
+        for c0 in range(0, cs.shape[1], _BLOCK):
+            c1 = min(cs.shape[1], c0 + _BLOCK)
+            csb = cs[i, c0:c1]
+            diff = csb[..., :, None] - csb[..., None, :]
+            k = keep[i, c0:c1] if keep.dim() > 2 else keep
+            out[i, c0:c1] = diff.masked_fill_(~k, float("-inf")).exp_()
+    return out
+
+
 def _intra_matrix(
     cs: torch.Tensor, dt: torch.Tensor, CB: torch.Tensor, H: int, G: int, Q: int
 ) -> torch.Tensor:
-    """(k, H, Q, Q): exp(cs_i - cs_j) CB_g[i, j] dt_j on and below the diagonal, 0 above, from cs
-    and dt (k, H, Q) and CB (k, G, Q, Q), contiguous; the C kernel ``ssd_intra``."""
+    """(k, H, Q, Q) in dt's dtype: exp(cs_i - cs_j) CB_g[i, j] dt_j on and below the diagonal, 0
+    above, from cs (k, H, Q) float64, dt (k, H, Q) and CB (k, G, Q, Q), contiguous; the C kernel
+    ``ssd_intra``."""
     k = cs.shape[0]
-    M = torch.empty(k, H, Q, Q, dtype=cs.dtype)
-    fn = _intra_kernel(cs.dtype)
+    M = torch.empty(k, H, Q, Q, dtype=dt.dtype)
+    fn = _intra_kernel(dt.dtype)
     args = (cs.data_ptr(), dt.data_ptr(), CB.data_ptr(), H, G, Q)
     cpu_lib.run_ranges(
         lambda _, begin, end: fn(*args, begin, end, M.data_ptr()),
@@ -240,11 +265,11 @@ def ssd_forward(
     xc = chunked(x)  # (b, c, Q, H, P)
     Bg = chunked(B).transpose(2, 3).contiguous()  # (b, c, G, Q, N)
     Cg = chunked(C).transpose(2, 3).contiguous()
-    cs = torch.cumsum(d * A.to(cdt), dim=2).transpose(2, 3).contiguous()  # (b, c, H, Q)
-    cs_last = cs[..., -1]
-    w_start = torch.exp(cs)  # (b, c, H, Q)
-    w_end = torch.exp(cs_last[..., None] - cs)
-    carry = torch.exp(cs_last)  # (b, c, H)
+    cs = _log_decays(d, A)  # (b, c, H, Q) float64
+    cs_last = cs[..., -1:]
+    w_start = torch.exp(cs).to(cdt)  # (b, c, H, Q)
+    w_end = torch.exp(cs_last - cs).to(cdt)
+    carry = torch.exp(cs_last[..., 0]).to(cdt)  # (b, c, H)
     keep: torch.Tensor | None = None
     if seq_idx is not None:
         keep, m_start, m_end, m_carry = _seg_masks(seq_idx, b, nc, Q, pad, cdt)
@@ -285,9 +310,9 @@ def ssd_forward(
             if keep is None:  # the C kernel: one pass
                 Mb = _intra_matrix(cs[i, c0:c1], dh[i, c0:c1], CB, H, G, Q)
             else:
-                csb = cs[i, c0:c1]  # (k, H, Q)
-                Mb = csb[..., :, None] - csb[..., None, :]  # (k, H, Q, Q)
-                Mb.masked_fill_(~keep[i, c0:c1], float("-inf")).exp_()
+                csb = cs[i, c0:c1]  # (k, H, Q) float64
+                diff = csb[..., :, None] - csb[..., None, :]  # (k, H, Q, Q)
+                Mb = diff.masked_fill_(~keep[i, c0:c1], float("-inf")).exp_().to(cdt)
                 Mb.view(k, G, hg, Q, Q).mul_(CB[:, :, None])
                 Mb.mul_(dh[i, c0:c1, :, None, :])
             for c in range(c0, c1):
@@ -447,14 +472,19 @@ def ssd_backward(
     dC = dC + dCB @ p.Bg
     dB = dB + dCB.transpose(-1, -2) @ p.Cg
 
-    # the log-decays: cs = cumsum(dt * A) within the chunk
-    dcs = (dlog.sum(-1) - dlog.sum(-2)).transpose(2, 3)  # (b, c, Q, H)
-    dcs = dcs + dw_start * p.w_start
-    t_end = dw_end * p.w_end
-    dcs = dcs - t_end
-    dcs_last = t_end.sum(2) + dcarry * p.carry  # (b, c, H)
-    dcs[:, :, -1] += dcs_last
-    da = dcs.flip(2).cumsum(2).flip(2)  # reverse cumsum within the chunk
+    # the log-decays cs = cumsum(dt * A) within the chunk. da_k, the gradient of the k-th
+    # increment, sums each term that contains it directly: the decay matrix over the pairs
+    # j < k <= i, w_start over i >= k, w_end over i < k, the carry always. (Summing gradients
+    # of cs and then their reverse cumsum gives the same in exact arithmetic, as differences of
+    # large sums that float32 loses at strong decays.)
+    R = dlog.cumsum(-1)  # (b, c, H, Q, Q): R[i, m] = sum_{j <= m} dlog_ij
+    del dlog
+    R.masked_fill_(~torch.ones(Q, Q, dtype=torch.bool).tril(-1), 0.0)  # keep i > m
+    pairs = R.sum(-2).transpose(2, 3)  # (b, c, Q, H): [m] = sum over j <= m < i
+    del R
+    da = (dw_start * p.w_start).flip(2).cumsum(2).flip(2)  # (b, c, Q, H), i >= k
+    da[:, :, 1:] += pairs[:, :, :-1] + (dw_end * p.w_end).cumsum(2)[:, :, :-1]  # j < k <= i; i < k
+    da += (dcarry * p.carry)[:, :, None]
     Af = A.to(cdt)
     grads["A"] = (da * p.d).sum(dim=(0, 1, 2))
     dd = da * Af + (dxdt * p.xc).sum(-1)  # (b, c, Q, H)
