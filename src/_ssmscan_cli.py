@@ -150,7 +150,10 @@ def check_model_spec(spec: str) -> None:
         return
     path, _, factory_name = spec.rpartition(":")
     if not path.endswith(".py") or not factory_name.isidentifier():
-        raise UsageError(f"--model {spec!r}: expected tiny, hf-tiny or path/to/file.py:factory")
+        raise UsageError(
+            f"--model {spec!r}: expected a preset (tiny, tiny-mamba2, ...), hf-<family>-tiny or "
+            "path/to/file.py:factory"
+        )
     if not os.path.isfile(path):
         raise UsageError(f"--model {spec!r}: no such file {path!r}")
 
@@ -191,9 +194,12 @@ def _add_model_args(p: argparse.ArgumentParser, seq_len: int) -> None:
     p.add_argument(
         "--model",
         default="tiny",
-        help="tiny (built-in Mamba LM; other presets: small, 130m, ...), hf-tiny (a small random "
-        "transformers MambaForCausalLM on ssmscan ops), or path/to/file.py:factory (factory() "
-        "returns an nn.Module taking (batch, L) int64 ids) (default: tiny)",
+        help="tiny (built-in Mamba LM; other presets: small, 130m, ...), tiny-mamba2 (built-in "
+        "Mamba-2 LM; other presets: 130m-mamba2, ...), hf-tiny or hf-<family>-tiny (a small "
+        "random transformers model on ssmscan ops; families: mamba, falcon_mamba, jamba, zamba, "
+        "mamba2, bamba, granitemoehybrid, nemotron_h, falcon_h1, zamba2), or "
+        "path/to/file.py:factory (factory() returns an nn.Module taking (batch, L) int64 ids) "
+        "(default: tiny)",
     )
     p.add_argument(
         "--seq-len",
