@@ -287,16 +287,7 @@ def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
     "strong",
     [
         pytest.param(False, id="gentle"),
-        pytest.param(
-            True,
-            id="strong",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the backward sums the log-decays' gradient as differences of float32 "
-                "sums (dA 5.8e-4 off float64 at dt ~4, A ~ -24); the CPU kernel sums it per "
-                "term (ops/ssd_scan/cpu.py), the Triton backward does not yet",
-            ),
-        ),
+        pytest.param(True, id="strong"),
     ],
 )
 def test_triton_interpreter_strong_decays(strong, ssd_inputs):

@@ -14,18 +14,23 @@ storing (the forward saves only its inputs), in six launches:
 4. ``_ssd_scan_bwd_dx_kernel``, one program per (chunk, batch x head), looping over headdim
    blocks (and dstate blocks inside): ``dX = Mᵀ g + e ∘ (B dS_{c+1}ᵀ)`` with
    ``M = C Bᵀ ∘ decay`` and ``X = dt x``; dx, dz, the partial sums of dD; and the gradient of
-   the log-decays in one line. Every exponential of the Note carries ``exp(cs_i)`` or
-   ``exp(-cs_j)`` (or ``exp(cs_last)``), so
+   the log-decays' increments ``a_k = dt_k A``. Each decay is the exponential of a sum of its
+   own increments: ``decay_ij = exp(sum_{j<k<=i} a_k)`` and ``e_j = exp(sum_{k>j} a_k)`` (a
+   ``tl.cumsum`` over the (CHUNK, CHUNK) tile, ``_pair_log_decays``), never a float32 difference
+   ``cs_i - cs_j`` of cumulative sums, which reach thousands within a chunk at strong decays
+   (dt of a few units, A near -24) and there keep no digit of a decay near 1. So ``a_k``'s
+   gradient sums the terms that contain it, each once:
 
-       dcs_i = sum_p g_ip y_ip - sum_p X_ip dX_ip + [i = last] (sum_jp X_jp (e ∘ B dS_{c+1}ᵀ)_jp
-               + dk_c k_c)
+       da_k = sum_{i>=k, j<k} (g Xᵀ ∘ M)_ij + sum_{j<k} X_j · (e ∘ B dS_{c+1}ᵀ)_j
+              + sum_{i>=k} g_i · (w ∘ C S_cᵀ)_i + dk_c k_c
 
-   (``y`` here without the skip and gate: the intra-chunk part and the carried state's
-   read-out). Then ``da = reverse cumsum of dcs`` within the chunk, ``dA += sum da dt``,
-   ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
+   (the first a reverse ``tl.cumsum`` over i of the (CHUNK, CHUNK) tile, then a masked row sum;
+   ``e``'s term enters it as row i = last; ``w``'s a reverse cumsum): no difference of large
+   sums, where summing ``dcs`` and then its reverse cumsum would cancel the diagonal's. Then
+   ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
 5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group, dstate block), looping
    over the group's heads: ``dC = sum_h w ∘ (g S) + dCB B``, ``dB = sum_h (e ∘ X) dS_{c+1} +
-   dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (one sum over the group's heads inside the
+   dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (the decays as in 4; one sum over the group's heads inside the
    program: no atomics, deterministic).
 
 dA, dD and ddt_bias are sums of per-program partials taken with ``torch.sum`` (deterministic).
@@ -43,7 +48,6 @@ from ssmscan.ops.ssd_scan.common import segment_ids
 from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
 from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
 from ssmscan.ops.ssd_scan.triton_fwd import (
-    _decay,
     _dot,
     _last,
     _segments,
@@ -53,6 +57,27 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     precision,
     recompute_states,
 )
+
+
+@triton.jit
+def _pair_log_decays(b_d, a, CHUNK: tl.constexpr):
+    """(CHUNK, CHUNK) ``[i, j] = sum_{j < k <= i} dt_k a`` for j <= i (0 on and above the
+    diagonal) from the time steps ``b_d`` (CHUNK,) and A's ``a``: each sum over its own
+    increments, never a difference ``cs_i - cs_j`` of two cumulative sums (which float32 loses at
+    strong decays, where these reach thousands within a chunk)."""
+    o_i = tl.arange(0, CHUNK)
+    b_inc = tl.where(o_i[:, None] > o_i[None, :], (b_d * a)[:, None], 0.0)  # [k, j]: k > j
+    return tl.cumsum(b_inc, 0)
+
+
+@triton.jit
+def _pair_decay(b_ld, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
+    """(CHUNK, CHUNK) exp of ``_pair_log_decays`` where j <= i (in one sequence), else 0."""
+    o_i = tl.arange(0, CHUNK)
+    keep = o_i[:, None] >= o_i[None, :]
+    if HAS_SEG:
+        keep = keep & (b_s[:, None] == b_s[None, :])
+    return tl.exp(tl.where(keep, b_ld, float("-inf")))
 
 
 @triton.jit
@@ -168,8 +193,9 @@ def _ssd_scan_bwd_dx_kernel(
     b_cs = tl.load(cs + o_hq)
     b_d = tl.load(dtp + o_hq)
     cs_last = _last(b_cs, CHUNK)
+    b_ld = _pair_log_decays(b_d, tl.load(A + i_h).to(tl.float32), CHUNK)
     b_w = tl.exp(b_cs)
-    b_e = tl.exp(cs_last - b_cs)
+    b_e = tl.exp(tl.sum(tl.where(o_i[:, None] == CHUNK - 1, b_ld, 0.0), 0))  # exp(cs_last - cs_j)
     b_k = tl.exp(cs_last)
     b_s = o_i  # unused without segments
     if HAS_SEG:
@@ -177,7 +203,7 @@ def _ssd_scan_bwd_dx_kernel(
         b_w = tl.where(b_s == s_prev, b_w, 0.0)
         b_e = tl.where(b_s == s_last, b_e, 0.0)
         b_k = tl.where(s_last == s_prev, b_k, 0.0)
-    b_decay = _decay(b_cs, b_s, CHUNK, HAS_SEG)
+    b_decay = _pair_decay(b_ld, b_s, CHUNK, HAS_SEG)
     b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
@@ -186,12 +212,14 @@ def _ssd_scan_bwd_dx_kernel(
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
-    b_M = (b_cb * b_decay).to(DOT)
+    b_Mf = b_cb * b_decay
+    b_M = b_Mf.to(DOT)
     b_Mt = tl.trans(b_M)
     o_k = tl.arange(0, BLOCK_K)
     b_dk = tl.sum(tl.load(dk + (i_bh * NC + i_c) * NBLK + o_k, mask=o_k < NBLK, other=0.0), 0)
-    b_dcs = tl.zeros((CHUNK,), dtype=tl.float32)
+    b_tstart = tl.zeros((CHUNK,), dtype=tl.float32)
     b_tend = tl.zeros((CHUNK,), dtype=tl.float32)
+    b_gx = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     b_ddt = tl.zeros((CHUNK,), dtype=tl.float32)
     o_state = ((i_b * NC + i_c) * H + i_h) * P * N
     for p0 in range(0, P, BLOCK_P):
@@ -224,7 +252,10 @@ def _ssd_scan_bwd_dx_kernel(
             b_off += _dot(b_C, b_St, PRECISION, EMULATE)
             b_dxs += _dot(b_B, b_dSt, PRECISION, EMULATE)
         b_dxs = b_dxs * b_e[:, None]
-        b_y = b_off * b_w[:, None] + _dot(b_M, b_X.to(DOT), PRECISION, EMULATE)
+        b_off = b_off * b_w[:, None]
+        b_Xd = b_X.to(DOT)
+        b_gd = b_g.to(DOT)
+        b_y = b_off + _dot(b_M, b_Xd, PRECISION, EMULATE)
         if HAS_D:
             if D_PER_HEAD:
                 b_Dp = tl.load(Dv + i_h).to(tl.float32) + tl.zeros((BLOCK_P,), tl.float32)
@@ -236,9 +267,10 @@ def _ssd_scan_bwd_dx_kernel(
                 b_yz = b_y + b_Dp[None, :] * b_x
             b_dz = b_do * b_yz * b_sig * (1.0 + b_z * (1.0 - b_sig))
             tl.store(dz + o_x, b_dz.to(dz.dtype.element_ty), mask=m_x)
-        b_dX = _dot(b_Mt, b_g.to(DOT), PRECISION, EMULATE) + b_dxs
-        b_dcs += tl.sum(b_g * b_y, 1) - tl.sum(b_X * b_dX, 1)
+        b_dX = _dot(b_Mt, b_gd, PRECISION, EMULATE) + b_dxs
+        b_tstart += tl.sum(b_g * b_off, 1)
         b_tend += tl.sum(b_X * b_dxs, 1)
+        b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, EMULATE)
         b_ddt += tl.sum(b_dX * b_x, 1)
         b_dx = b_dX * b_d[:, None]
         if HAS_D:
@@ -246,8 +278,13 @@ def _ssd_scan_bwd_dx_kernel(
             o_dD = ((i_b * NC + i_c) * H + i_h) * P + o_p
             tl.store(dD + o_dD, tl.sum(b_g * b_x, 0), mask=m_p)
         tl.store(dx + o_x, b_dx.to(dx.dtype.element_ty), mask=m_x)
-    b_dcs += tl.where(o_i == CHUNK - 1, tl.sum(b_tend, 0) + b_dk * b_k, 0.0)
-    b_da = tl.sum(b_dcs, 0) - tl.cumsum(b_dcs, 0) + b_dcs  # reverse cumsum
+    # da_k, the gradient of the k-th increment of cs, sums the terms that contain it: the decay
+    # matrix's over the pairs j < k <= i (w_end's term is the last row's, i = CHUNK - 1),
+    # w_start's over i >= k, the carry's always; no difference of large sums
+    b_dlog = b_gx * b_Mf + tl.where(o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0)
+    b_dlog = tl.cumsum(b_dlog, 0, reverse=True)  # [k, j]: sum over i >= k
+    b_da = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)  # j < k
+    b_da += tl.cumsum(b_tstart, 0, reverse=True) + b_dk * b_k
     tl.store(dA + i_bh * NC + i_c, tl.sum(b_da * b_d, 0))
     b_dd = b_da * tl.load(A + i_h).to(tl.float32) + b_ddt
     # through the clamp and the softplus
@@ -271,6 +308,7 @@ def _ssd_scan_bwd_dbc_kernel(
     x,  # (batch, L, nheads, headdim)
     z,  # (batch, L, nheads, headdim) gate (HAS_Z)
     dout,  # (batch, L, nheads, headdim)
+    A,  # (nheads,)
     B,  # (batch, L, ngroups, dstate)
     C,  # (batch, L, ngroups, dstate)
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
@@ -327,8 +365,9 @@ def _ssd_scan_bwd_dbc_kernel(
         o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
         b_cs = tl.load(cs + o_hq)
         b_d = tl.load(dtp + o_hq)
+        b_ld = _pair_log_decays(b_d, tl.load(A + i_h).to(tl.float32), CHUNK)
         b_w = tl.exp(b_cs)
-        b_e = tl.exp(_last(b_cs, CHUNK) - b_cs)
+        b_e = tl.exp(tl.sum(tl.where(o_i[:, None] == CHUNK - 1, b_ld, 0.0), 0))
         if HAS_SEG:
             b_w = tl.where(b_s == s_prev, b_w, 0.0)
             b_e = tl.where(b_s == s_last, b_e, 0.0)
@@ -353,7 +392,7 @@ def _ssd_scan_bwd_dbc_kernel(
             b_dC += _dot((b_g * b_w[:, None]).to(DOT), b_S, PRECISION, EMULATE)
             b_dB += _dot((b_X * b_e[:, None]).to(DOT), b_dS, PRECISION, EMULATE)
             b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, EMULATE)
-        b_dcb += b_gx * _decay(b_cs, b_s, CHUNK, HAS_SEG)
+        b_dcb += b_gx * _pair_decay(b_ld, b_s, CHUNK, HAS_SEG)
     b_dcbd = b_dcb.to(DOT)
     b_dC += _dot(b_dcbd, b_B, PRECISION, EMULATE)
     b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, EMULATE)
@@ -456,7 +495,7 @@ def launch(
         num_stages=plan.stages,
     )  # fmt: skip
     launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G, cdiv(N, block_n))](
-        x, z, dout, B, C, seg, dtp, cs, states, dstates, dB, dC, L, H, P, G, N, NC,
+        x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB, dC, L, H, P, G, N, NC,
         HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p,
         BLOCK_N=block_n, PRECISION=prec,
         F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dbc, num_stages=plan.stages,
