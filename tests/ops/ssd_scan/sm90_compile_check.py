@@ -115,8 +115,9 @@ def main() -> None:
                             BLOCK_N=plan.block_n, BLOCK_K=8, **common)  # fmt: skip
                 _check(f"dx {t} f32_dot={f32_dot} flags={flags}",
                        triton_bwd._ssd_scan_bwd_dx_kernel, vals, plan.warps_dx, plan.stages)  # fmt: skip
-                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", B=f"*{t}",
-                            C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", A="*fp32",
+                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
+                            cs="*fp32",
                             states="*fp32", dstates="*fp32", dB=f"*{t}", dC=f"*{t}", **sizes,
                             HAS_Z=flags, HAS_SEG=flags, BLOCK_N=plan.block_n, **common)  # fmt: skip
                 _check(f"dbc {t} f32_dot={f32_dot} flags={flags}",

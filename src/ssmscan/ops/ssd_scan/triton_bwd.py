@@ -24,14 +24,16 @@ storing (the forward saves only its inputs), in six launches:
        da_k = sum_{i>=k, j<k} (g Xᵀ ∘ M)_ij + sum_{j<k} X_j · (e ∘ B dS_{c+1}ᵀ)_j
               + sum_{i>=k} g_i · (w ∘ C S_cᵀ)_i + dk_c k_c
 
-   (the first a reverse ``tl.cumsum`` over i of the (CHUNK, CHUNK) tile, then a masked row sum;
-   ``e``'s term enters it as row i = last; ``w``'s a reverse cumsum): no difference of large
-   sums, where summing ``dcs`` and then its reverse cumsum would cancel the diagonal's. Then
+   (``g Xᵀ`` from a second loop over headdim blocks, re-reading x, dout and z: accumulated in the
+   first, its (CHUNK, CHUNK) tile spilled registers; the first sum a reverse ``tl.cumsum`` over
+   i of the tile, then a masked row sum, ``e``'s term entering it as row i = last; ``w``'s a
+   reverse cumsum): no difference of large sums, where summing ``dcs`` and then its reverse
+   cumsum would cancel the diagonal's. Then
    ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
 5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group, dstate block), looping
    over the group's heads: ``dC = sum_h w ∘ (g S) + dCB B``, ``dB = sum_h (e ∘ X) dS_{c+1} +
-   dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (the decays as in 4; one sum over the group's heads inside the
-   program: no atomics, deterministic).
+   dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (the decays as in 4; one sum over the group's
+   heads inside the program: no atomics, deterministic).
 
 dA, dD and ddt_bias are sums of per-program partials taken with ``torch.sum`` (deterministic).
 """
@@ -212,14 +214,12 @@ def _ssd_scan_bwd_dx_kernel(
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
-    b_Mf = b_cb * b_decay
-    b_M = b_Mf.to(DOT)
+    b_M = (b_cb * b_decay).to(DOT)
     b_Mt = tl.trans(b_M)
     o_k = tl.arange(0, BLOCK_K)
     b_dk = tl.sum(tl.load(dk + (i_bh * NC + i_c) * NBLK + o_k, mask=o_k < NBLK, other=0.0), 0)
     b_tstart = tl.zeros((CHUNK,), dtype=tl.float32)
     b_tend = tl.zeros((CHUNK,), dtype=tl.float32)
-    b_gx = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     b_ddt = tl.zeros((CHUNK,), dtype=tl.float32)
     o_state = ((i_b * NC + i_c) * H + i_h) * P * N
     for p0 in range(0, P, BLOCK_P):
@@ -270,7 +270,6 @@ def _ssd_scan_bwd_dx_kernel(
         b_dX = _dot(b_Mt, b_gd, PRECISION, EMULATE) + b_dxs
         b_tstart += tl.sum(b_g * b_off, 1)
         b_tend += tl.sum(b_X * b_dxs, 1)
-        b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, EMULATE)
         b_ddt += tl.sum(b_dX * b_x, 1)
         b_dx = b_dX * b_d[:, None]
         if HAS_D:
@@ -278,10 +277,21 @@ def _ssd_scan_bwd_dx_kernel(
             o_dD = ((i_b * NC + i_c) * H + i_h) * P + o_p
             tl.store(dD + o_dD, tl.sum(b_g * b_x, 0), mask=m_p)
         tl.store(dx + o_x, b_dx.to(dx.dtype.element_ty), mask=m_x)
+    b_gx = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)  # g Xᵀ
+    for p0 in range(0, P, BLOCK_P):
+        o_p = p0 + tl.arange(0, BLOCK_P)
+        o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+        m_x = m_t[:, None] & (o_p < P)[None, :]
+        b_X = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32) * b_d[:, None]
+        b_g = tl.load(dout + o_x, mask=m_x, other=0.0).to(tl.float32)
+        if HAS_Z:
+            b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+            b_g = b_g * b_z * tl.sigmoid(b_z)
+        b_gx += _dot(b_g.to(DOT), tl.trans(b_X.to(DOT)), PRECISION, EMULATE)
     # da_k, the gradient of the k-th increment of cs, sums the terms that contain it: the decay
     # matrix's over the pairs j < k <= i (w_end's term is the last row's, i = CHUNK - 1),
     # w_start's over i >= k, the carry's always; no difference of large sums
-    b_dlog = b_gx * b_Mf + tl.where(o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0)
+    b_dlog = b_gx * b_M.to(tl.float32) + tl.where(o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0)
     b_dlog = tl.cumsum(b_dlog, 0, reverse=True)  # [k, j]: sum over i >= k
     b_da = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)  # j < k
     b_da += tl.cumsum(b_tstart, 0, reverse=True) + b_dk * b_k
