@@ -97,9 +97,9 @@ def main() -> None:
                        triton_fwd._ssd_scan_fwd_state_kernel, vals, plan.warps_state)  # fmt: skip
             for flags in (True, False):
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
-                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
-                            cs="*fp32", states="*fp32", out=f"*{t}", **sizes, HAS_D=flags,
-                            D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
+                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
+                            dtp="*fp32", cs="*fp32", states="*fp32", out=f"*{t}", **sizes,
+                            HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
                             **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip

@@ -52,6 +52,8 @@ from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
 from ssmscan.ops.ssd_scan.triton_fwd import (
     _dot,
     _last,
+    _pair_decay,
+    _pair_log_decays,
     _segments,
     _softplus,
     chunk_states,
@@ -59,27 +61,6 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     precision,
     recompute_states,
 )
-
-
-@triton.jit
-def _pair_log_decays(b_d, a, CHUNK: tl.constexpr):
-    """(CHUNK, CHUNK) ``[i, j] = sum_{j < k <= i} dt_k a`` for j <= i (0 on and above the
-    diagonal) from the time steps ``b_d`` (CHUNK,) and A's ``a``: each sum over its own
-    increments, never a difference ``cs_i - cs_j`` of two cumulative sums (which float32 loses at
-    strong decays, where these reach thousands within a chunk)."""
-    o_i = tl.arange(0, CHUNK)
-    b_inc = tl.where(o_i[:, None] > o_i[None, :], (b_d * a)[:, None], 0.0)  # [k, j]: k > j
-    return tl.cumsum(b_inc, 0)
-
-
-@triton.jit
-def _pair_decay(b_ld, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
-    """(CHUNK, CHUNK) exp of ``_pair_log_decays`` where j <= i (in one sequence), else 0."""
-    o_i = tl.arange(0, CHUNK)
-    keep = o_i[:, None] >= o_i[None, :]
-    if HAS_SEG:
-        keep = keep & (b_s[:, None] == b_s[None, :])
-    return tl.exp(tl.where(keep, b_ld, float("-inf")))
 
 
 @triton.jit

@@ -7,14 +7,23 @@ launches, every matmul a ``tl.dot`` with float32 accumulation:
    block): the time step (bias, softplus, clamp; 0 past L), its cumulative log-decay
    ``cs = cumsum(dt A)`` within the chunk (both written once per chunk and head for the other
    kernels), and the chunk's own end state ``(e ∘ dt x)ᵀ B``, (headdim, Q) @ (Q, dstate), with
-   ``e_j = exp(cs_last - cs_j)`` masked to the chunk's last sequence.
+   ``e_j = exp(sum_{k>j} dt_k A)`` (a reverse ``tl.cumsum`` of the next steps' increments)
+   masked to the chunk's last sequence.
 2. ``_ssd_scan_fwd_pass_kernel``, one program per (batch x head, block of the (headdim, dstate)
    state): the loop over chunks ``S_{c+1} = k_c S_c + local_c`` with ``k_c = exp(cs_last)``
    (0 where a sequence starts inside the chunk), writing the state entering each chunk over the
    chunk's own state (in place) and the final state.
 3. ``_ssd_scan_fwd_out_kernel``, one program per (chunk, batch x head, headdim block): ``C Bᵀ``
    and ``C Sᵀ`` in one loop over dstate, then ``y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ C Sᵀ``,
-   the skip ``D x`` and the gate ``silu(z)``, written in x's dtype.
+   the skip ``D x`` and the gate ``silu(z)``, written in x's dtype, with
+   ``decay_ij = exp(sum_{j<k<=i} dt_k A)`` (``_pair_log_decays``, a ``tl.cumsum`` over the
+   (CHUNK, CHUNK) tile, taken after the dstate loop: not live across it).
+
+Each decay inside a chunk is the exponential of a sum of its own increments, never a float32
+difference ``cs_i - cs_j`` of cumulative sums: these reach thousands within a chunk at strong
+decays (time steps of a few units, A near -24), where the difference keeps no digit of a decay
+near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the state passing) take
+no difference.
 
 Operands of the matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to it for
 16-bit inputs, as in mamba-ssm); float32 operands at the plan's ``precision``. The states are
@@ -84,14 +93,24 @@ def _segments(seg, i_b, i_c, o_t, L, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _decay(b_cs, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
-    """(CHUNK, CHUNK) exp(cs_i - cs_j) where j <= i (in one sequence), else 0; the exponent is
-    masked first, so nothing overflows."""
+def _pair_log_decays(b_d, a, CHUNK: tl.constexpr):
+    """(CHUNK, CHUNK) ``[i, j] = sum_{j < k <= i} dt_k a`` for j <= i (0 on and above the
+    diagonal) from the time steps ``b_d`` (CHUNK,) and A's ``a``: each sum over its own
+    increments, never a difference ``cs_i - cs_j`` of two cumulative sums (which float32 loses at
+    strong decays, where these reach thousands within a chunk)."""
+    o_i = tl.arange(0, CHUNK)
+    b_inc = tl.where(o_i[:, None] > o_i[None, :], (b_d * a)[:, None], 0.0)  # [k, j]: k > j
+    return tl.cumsum(b_inc, 0)
+
+
+@triton.jit
+def _pair_decay(b_ld, b_s, CHUNK: tl.constexpr, HAS_SEG: tl.constexpr):
+    """(CHUNK, CHUNK) exp of ``_pair_log_decays`` where j <= i (in one sequence), else 0."""
     o_i = tl.arange(0, CHUNK)
     keep = o_i[:, None] >= o_i[None, :]
     if HAS_SEG:
         keep = keep & (b_s[:, None] == b_s[None, :])
-    return tl.exp(tl.where(keep, b_cs[:, None] - b_cs[None, :], float("-inf")))
+    return tl.exp(tl.where(keep, b_ld, float("-inf")))
 
 
 @triton.jit
@@ -188,12 +207,16 @@ def _ssd_scan_fwd_state_kernel(
     if END:
         b_d = _time_step(dt + (i_b * L + o_t) * H + i_h, m_t, dt_bias + i_h, dt_min, dt_max,
                          SOFTPLUS, HAS_BIAS, HAS_MIN, HAS_MAX)  # fmt: skip
-        b_cs = tl.cumsum(b_d * tl.load(A + i_h).to(tl.float32), 0)
+        a = tl.load(A + i_h).to(tl.float32)
         if WRITE_DT:
             if i_pn == 0:
                 tl.store(dtp + o_hq, b_d)
-                tl.store(cs + o_hq, b_cs)
-        b_coef = b_d * tl.exp(_last(b_cs, CHUNK) - b_cs)
+                tl.store(cs + o_hq, tl.cumsum(b_d * a, 0))
+        # e_j = exp(sum_{k > j} dt_k A): the next step's time step (reloaded), reverse cumsum
+        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
+        b_dn = _time_step(dt + (i_b * L + o_t + 1) * H + i_h, m_next, dt_bias + i_h, dt_min,
+                          dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN, HAS_MAX)  # fmt: skip
+        b_coef = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
         if HAS_SEG:
             b_coef = tl.where(b_s == s_last, b_coef, 0.0)
     else:
@@ -270,6 +293,7 @@ def _ssd_scan_fwd_out_kernel(
     B,  # (batch, L, ngroups, dstate)
     C,  # (batch, L, ngroups, dstate)
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    A,  # (nheads,)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
     states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
@@ -316,7 +340,6 @@ def _ssd_scan_fwd_out_kernel(
     if HAS_SEG:
         b_s, s_prev, _ = _segments(seg, i_b, i_c, o_t, L, CHUNK)
         b_w = tl.where(b_s == s_prev, b_w, 0.0)
-    b_decay = _decay(b_cs, b_s, CHUNK, HAS_SEG)
     b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     b_off = tl.zeros((CHUNK, BLOCK_P), dtype=tl.float32)
     p_state = states + ((i_b * NC + i_c) * H + i_h) * P * N
@@ -335,6 +358,8 @@ def _ssd_scan_fwd_out_kernel(
     m_x = m_t[:, None] & m_p[None, :]
     b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
     b_X = (b_x * b_d[:, None]).to(DOT)
+    b_decay = _pair_decay(_pair_log_decays(b_d, tl.load(A + i_h).to(tl.float32), CHUNK), b_s,
+                          CHUNK, HAS_SEG)  # fmt: skip
     b_M = (b_cb * b_decay).to(DOT)
     b_y = b_off * b_w[:, None] + _dot(b_M, b_X, PRECISION, EMULATE)
     if HAS_D:
@@ -505,7 +530,7 @@ def launch(
     NC = states.shape[1]
     grid = (NC, batch * H, cdiv(P, plan.out_block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
-        x, z, D, B, C, seg, dtp, cs, states, out, L, H, P, G, N, NC,
+        x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
         HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.out_block_p,
         BLOCK_N=plan.block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
