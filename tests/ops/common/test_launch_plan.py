@@ -42,6 +42,9 @@ class _Run:
         self.op = op
         self.calls = 0
 
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):  # Triton 3.6's layout
+        self.launch(gridX, gridY, gridZ, stream, function, 0, 0, None, None, *args)
+
     def launch(self, gx, gy, gz, stream, function, coop, pdl, gs, ps, meta, lm, eh, xh, *vals):
         self.calls += 1
         self.op(*vals)
@@ -319,12 +322,13 @@ def test_plans_match_normal_path_gpu(case):
         assert plans and all(p.n_launches >= 1 for p in plans)
 
 
-def test_direct_launch_matches_tritons_launcher_call():
+def test_direct_launch_matches_tritons_launcher_call(monkeypatch):
     """A replayed CUDA launch calls the compiled launcher's ``launch`` directly; its arguments
     must be exactly those Triton's own ``CudaLauncher.__call__`` passes for the call the
     launcher makes (``compiled.run(grid..., stream, function, metadata, None, None, None,
     *values)``), on the installed Triton (no GPU needed: ``launch`` is captured)."""
     try:
+        import triton
         from triton.backends.nvidia.driver import CudaLauncher
     except ImportError:
         pytest.skip("Triton's NVIDIA backend is not installed")
@@ -332,6 +336,9 @@ def test_direct_launch_matches_tritons_launcher_call():
     seen = []
 
     class FakeRun:
+        """Triton's launcher with its ``launch`` captured (attributes of Triton 3.6 to 3.8)."""
+
+        __call__ = CudaLauncher.__call__
         global_scratch_size = 0
         global_scratch_align = 1
         profile_scratch_size = 0
@@ -339,12 +346,18 @@ def test_direct_launch_matches_tritons_launcher_call():
         launch_cooperative_grid = 0
         launch_pdl = 0
         num_ctas = 1
+        gsan_enabled = False
+        arg_annotations = ("annotations",)
+        kernel_signature = "signature"
 
         def launch(self, *a):
             seen.append(a)
 
     run = FakeRun()
     values = [1234, 5678, 7, True]
+    # Triton >= 3.7 looks the active driver up in every call (used only for profile scratch,
+    # size 0 here): a stand-in, since a CPU-only machine has no active driver to create
+    monkeypatch.setattr(triton.runtime.driver, "_active", object())
     CudaLauncher.__call__(run, 3, 2, 1, 99, "fn", "meta", None, None, None, *values)
 
     class Compiled:
@@ -358,6 +371,10 @@ def test_direct_launch_matches_tritons_launcher_call():
     plan = launch_plan.Plan(rec, ())
     plan.run(())
     assert len(seen) == 2 and seen[1] == seen[0]
+    # the replay calls ``launch`` itself exactly for Triton 3.6's launcher layout
+    step = next(s for s in plan.steps if s[0] == "launch")
+    direct = launch_plan._direct_launch_layout(CudaLauncher)
+    assert (step[1] == run.launch) is direct and direct is triton.__version__.startswith("3.6")
 
 
 @launch_plan.planned

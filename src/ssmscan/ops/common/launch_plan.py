@@ -45,6 +45,8 @@ on by default); the launchers behave exactly as before there.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections.abc import Callable
 from functools import wraps
@@ -109,6 +111,21 @@ def _plannable() -> bool:
     if torch._C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled:
         return False
     return not triton_launch.launch_hooked()
+
+
+@functools.cache
+def _direct_launch_layout(launcher_cls: type) -> bool:
+    """Whether Triton's compiled launcher class has Triton 3.6's call,
+    ``__call__(gridX, gridY, gridZ, stream, function, *args)`` handing ``self.launch`` the grid,
+    stream, function, cooperative / PDL flags, two scratch pointers and ``args`` unchanged: the
+    layout a replay calls ``launch`` with directly. Any other (Triton 3.8 names the metadata and
+    hooks, then hands ``launch`` annotations, a signature and the values as one tuple) is
+    replayed through the launcher's own ``__call__``, whose arguments stay the same."""
+    try:
+        params = list(inspect.signature(launcher_cls.__call__).parameters)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 
 
 def _current_device(args: tuple) -> int:
@@ -243,6 +260,7 @@ class _Recorder(TorchDispatchMode):
         run = compiled.run
         fast = (
             hasattr(run, "launch")
+            and _direct_launch_layout(type(run))
             and not getattr(run, "global_scratch_size", 1)
             and not getattr(run, "profile_scratch_size", 1)
         )
