@@ -4,8 +4,9 @@ needed) and check the layout of every tensor its ``shfl.sync.idx`` broadcasts re
 every dtype, each lane geometry (NP 8, 16, 32), L and pointers with and without 16-divisibility,
 the local pass of a split L, grouped B / C; and the split backward's lane states kernel (with
 and without the segments' local pass). Run as a script by
-``test_triton_fwd_lane.py``, in a process without TRITON_INTERPRET. Prints one line per configuration; exit status 1 if any is
-wrong or if the negative control (NP = 64 in bf16, which the launcher does not send to this
+``test_triton_fwd_lane.py``, in a process without TRITON_INTERPRET. Prints one line per
+configuration; exit status 1 if any is wrong or a check's negative control passes, 3 (``BLIND``)
+if only the lane check's control (NP = 64 in bf16, which the launcher does not send to this
 kernel) passes."""
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from ssmscan.ops.selective_scan.shapes import CHECKPOINT_LEN, num_checkpoints
 from ssmscan.testing.triton_sm90 import compile_sm90
 
 IO = {"u", "delta", "z", "out", "dout"}
+# exit status when every configuration is right but the NP = 64 control lays out right too (Triton
+# 3.8 does; 3.6, the GPU machine's, does not): the lane check's sensitivity is not shown there
+BLIND = 3
 
 
 def pointers(kernel, dtype: str, io: set[str]) -> dict[str, object]:
@@ -238,10 +242,12 @@ def main() -> int:
     # their operands laid out right even there, so they make no control)
     KL, _ = lane_geometry(64)
     bad_ttgir = compile_ttgir("bf16", 64, 1000, True, False, 1, BCAST_TILE=False)
-    if layout_check.lane_layout_problem(bad_ttgir, KL) is None:
+    blind = layout_check.lane_layout_problem(bad_ttgir, KL) is None
+    if blind:
         print("negative control (NP = 64, bf16) passed: the check is blind", flush=True)
-        bad += 1
-    return 1 if bad else 0
+    if bad:
+        return 1
+    return BLIND if blind else 0
 
 
 if __name__ == "__main__":

@@ -95,9 +95,17 @@ def test_lane_forward_shuffle_layouts():
     res = subprocess.run(
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=600
     )
-    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.returncode in (0, 3), res.stdout + res.stderr[-3000:]
     # the layouts (29 configurations, 2 traced backward ones) and the traced kernels' inline asm
     assert res.stdout.count(" ok") == 32, res.stdout
+    if res.returncode == 3:
+        import triton
+
+        pytest.skip(
+            f"every layout right, but on Triton {triton.__version__} the NP = 64 negative control "
+            "lays out right too, so the lane check's sensitivity is not shown here (it is on "
+            "Triton 3.6, the GPU machine's)"
+        )
 
 
 def test_small_kernels_compile_for_sm90():
