@@ -2,7 +2,7 @@
 # One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
 # in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
 #
-#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | all (default)
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | all (default)
 #
 # Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
 # BENCH_ARGS (extra arguments for bench_gpu.py), T_TESTS / T_BENCH (timeouts, s).
@@ -16,8 +16,10 @@ has() { [[ " $PARTS " == *" $1 "* || " $PARTS " == *" all "* ]]; }
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 
-if has bench && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
+if (has bench || has ssd) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
     mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
+fi
+if has bench && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
     (MAX_JOBS=${MAX_JOBS:-14} setsid nohup python3 .whl/build_mamba_cuda.py > "$OUT/mamba_build.log" 2>&1 &)
     stamp "mamba-ssm build started"
 fi
@@ -56,5 +58,19 @@ if has scan; then
     timeout 120 python3 benchmarks/scan/bench_parallel_scan.py --device cuda --shape 16 24576 1024 --compile \
         > "$OUT/scan_bench.log" 2>&1
     tail -15 "$OUT/scan_bench.log"
+fi
+if has ssd; then
+    # Mamba-2 SSD: Triton kernels against mamba-ssm's Triton SSD (pure Triton: the unpacked sdist,
+    # no build) and flash-linear-attention when importable; then its AOTInductor package
+    stamp "SSD benchmark"
+    MB=$(ls -d /tmp/mb/mamba_ssm-* 2>/dev/null | head -1)
+    timeout "${T_BENCH:-240}" python3 benchmarks/ssd_scan/bench_gpu.py ${MB:+--mamba-src "$MB"} \
+        --out "$OUT/ssd_gpu.json" > "$OUT/ssd_gpu.log" 2>&1
+    echo "ssd bench rc=$?"; grep -v '^{' "$OUT/ssd_gpu.log" | tail -30
+    mkdir -p /tmp/aoti_ssd
+    CXX=${CXX:-/usr/bin/g++} timeout 180 python3 benchmarks/ssd_scan/aoti_check.py build /tmp/aoti_ssd > "$OUT/ssd_aoti.log" 2>&1
+    echo "ssd aoti build rc=$?"
+    timeout 120 python3 benchmarks/ssd_scan/aoti_check.py load /tmp/aoti_ssd >> "$OUT/ssd_aoti.log" 2>&1
+    echo "ssd aoti load rc=$?"; tail -4 "$OUT/ssd_aoti.log"
 fi
 stamp done
