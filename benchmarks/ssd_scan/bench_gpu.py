@@ -45,11 +45,14 @@ from ssmscan.ops.ssd_scan.reference import ssd_scan_chunked_reference
 from ssmscan.testing import tolerance
 
 SHAPES = [
-    (8, 2048, 24, 64, 1, 128),
-    (4, 4096, 48, 64, 8, 128),
-    (16, 512, 24, 64, 1, 128),
+    (8, 2048, 80, 64, 1, 128),  # mamba2-2.7b
+    (16, 2048, 24, 64, 1, 128),  # mamba2-130m
+    (2, 4096, 128, 64, 8, 128),  # Codestral-7B-like
+    (1, 65536, 48, 64, 1, 128),
     (1, 256, 24, 64, 1, 128),  # batch 1, short: launch and host overhead
 ]
+DECODE_BATCHES = (1, 16, 256)
+DECODE_HEADS = (80, 64, 128)  # nheads, headdim, dstate (mamba2-2.7b), ngroups 1
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GRADS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
 
@@ -118,14 +121,19 @@ class _Interpreted(torch.autograd.Function):
                                        for t in (D, z, dt_bias)), None)  # fmt: skip
 
 
+def _mamba_package(src):
+    """Make ``mamba_ssm`` importable from its sdist without its package __init__."""
+    if "mamba_ssm" not in sys.modules:
+        pkg = types.ModuleType("mamba_ssm")
+        pkg.__path__ = [os.path.join(src, "mamba_ssm")]
+        sys.modules["mamba_ssm"] = pkg
+
+
 def mamba_fn(src):
     """mamba-ssm's ``mamba_chunk_scan_combined`` from its sdist, without its package __init__
     (which imports the CUDA extensions); None (and why) when it cannot be imported."""
     try:
-        if "mamba_ssm" not in sys.modules:
-            pkg = types.ModuleType("mamba_ssm")
-            pkg.__path__ = [os.path.join(src, "mamba_ssm")]
-            sys.modules["mamba_ssm"] = pkg
+        _mamba_package(src)
         from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
     except Exception as e:  # reported, not fatal: the benchmark times the others
         return None, f"{type(e).__name__}: {e}"
@@ -208,15 +216,22 @@ def gate(fn, kw, full, dtype, factor):
 # --- timing ---------------------------------------------------------------------------------------
 
 
-def ceilings():
-    """(copy bandwidth bytes/s, bf16 matmul FLOP/s), measured."""
+def ceilings(dtype):
+    """(copy bandwidth bytes/s, tensor-core matmul FLOP/s), measured: bf16 matmuls for 16-bit
+    inputs, tf32 for float32 ones."""
     from triton.testing import do_bench
 
     a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     bw = 2 * a.numel() / (do_bench(lambda: b.copy_(a), return_mode="median") * 1e-3)
-    m = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    rate = 2 * 8192**3 / (do_bench(lambda: m @ m, return_mode="median") * 1e-3)
+    mdtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
+    m = torch.randn(8192, 8192, device="cuda", dtype=mdtype)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        rate = 2 * 8192**3 / (do_bench(lambda: m @ m, return_mode="median") * 1e-3)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     return bw, rate
 
 
@@ -251,6 +266,101 @@ def time_variant(fn, kw, full, backward):
     return do_bench(step, grad_to_none=params, return_mode="median")
 
 
+# --- decode step -----------------------------------------------------------------------------------
+
+
+def decode_inputs(batch, dtype, device, seed=0):
+    """Mamba-2's decode layout as transformers and mamba-ssm pass it: A, dt, D and dt_bias are
+    per-head values expanded over headdim (zero strides); the state is float32."""
+    H, P, N = DECODE_HEADS
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*s):
+        return torch.randn(*s, generator=g).to(device)
+
+    return dict(
+        state=r(batch, H, P, N), x=r(batch, H, P).to(dtype),
+        dt=r(batch, H)[..., None].expand(batch, H, P).to(dtype),
+        A=(-torch.exp(0.5 * r(H)))[:, None, None].expand(H, P, N),
+        B=r(batch, 1, N).to(dtype), C=r(batch, 1, N).to(dtype),
+        D=r(H)[:, None].expand(H, P), z=r(batch, H, P).to(dtype),
+        dt_bias=r(H)[:, None].expand(H, P),
+    )  # fmt: skip
+
+
+def decode_reference(kw):
+    """(out, new state) in float64."""
+    d = {k: v.double() for k, v in kw.items()}
+    rep = d["x"].shape[1] // d["B"].shape[1]
+    B, C = (d[k].repeat_interleave(rep, dim=1) for k in ("B", "C"))
+    dt = torch.nn.functional.softplus(d["dt"] + d["dt_bias"])
+    state = (
+        d["state"] * torch.exp(dt[..., None] * d["A"]) + (dt * d["x"])[..., None] * B[:, :, None]
+    )
+    out = (state * C[:, :, None]).sum(-1) + d["D"] * d["x"]
+    return out * torch.nn.functional.silu(d["z"]), state
+
+
+def decode_variants(mamba_src):
+    import ssmscan
+
+    variants = {"ssmscan": (ssmscan.selective_state_update, None)}
+    try:
+        _mamba_package(mamba_src)
+        from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+
+        variants["mamba-ssm"] = (selective_state_update, None)
+    except Exception as e:  # reported, not fatal
+        variants["mamba-ssm"] = (None, f"{type(e).__name__}: {e}")
+    return variants
+
+
+def bench_decode(dtype, mamba_src):
+    """Rows for one decode step at DECODE_BATCHES: checked against float64, then timed
+    (do_bench median, GPU time) and as seen by the caller (wall time per call, synchronized)."""
+    import time
+
+    from triton.testing import do_bench
+
+    rows = []
+    for name, (fn, why) in decode_variants(mamba_src).items():
+        if fn is None:
+            print(f"decode {name}: not available ({why})")
+            continue
+        for batch in DECODE_BATCHES:
+            kw = decode_inputs(batch, dtype, "cuda", seed=batch)
+            r_out, r_state = decode_reference(kw)
+            state = kw["state"].clone()
+            args = {**kw, "state": state}
+            out = fn(**args, dt_softplus=True)
+            err = max(_rel(out, r_out), _rel(state, r_state))
+            ok = err <= tolerance(dtype)
+            row = dict(part="decode", variant=name, batch=batch, dtype=str(dtype), check=err, ok=ok)
+            if ok:
+
+                def step(fn=fn, args=args):
+                    return fn(**args, dt_softplus=True)
+
+                row["gpu_us"] = do_bench(step, return_mode="median") * 1e3
+                for _ in range(20):
+                    step()
+                torch.cuda.synchronize()
+                walls = []
+                for _ in range(200):
+                    t0 = time.perf_counter()
+                    step()
+                    torch.cuda.synchronize()
+                    walls.append(time.perf_counter() - t0)
+                row["wall_us"] = sorted(walls)[len(walls) // 2] * 1e6
+            rows.append(row)
+            print(json.dumps(row))
+    print(f"\n{'decode':<12}{'batch':>6}{'check':>10}{'gpu us':>9}{'wall us':>9}")
+    for r in rows:
+        t = f"{r['gpu_us']:9.1f}{r['wall_us']:9.1f}" if "gpu_us" in r else "  FAILED CHECK"
+        print(f"{r['variant']:<12}{r['batch']:>6}{r['check']:>10.1e}{t}")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", nargs="*", default=None,
@@ -262,6 +372,7 @@ def main():
                     help="gate at tolerance(dtype) times this")  # fmt: skip
     ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
     ap.add_argument("--out", default=None, help="JSON results")
+    ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
     a = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
     dtype = DTYPES[a.dtype]
@@ -274,11 +385,12 @@ def main():
             print(f"{name}: not available ({why})")
     bw = rate = None
     if not a.check_only:
-        bw, rate = ceilings()
-        print(f"{torch.cuda.get_device_name()}: copy {bw / 1e12:.2f} TB/s, bf16 matmul "
-              f"{rate / 1e12:.0f} TFLOP/s; torch {torch.__version__}")  # fmt: skip
+        bw, rate = ceilings(dtype)
+        print(f"{torch.cuda.get_device_name()}: copy {bw / 1e12:.2f} TB/s, "
+              f"{'tf32' if dtype == torch.float32 else 'bf16'} matmul {rate / 1e12:.0f} TFLOP/s; "
+              f"torch {torch.__version__}")  # fmt: skip
     rows = []
-    for shape in shapes:
+    for shape in shapes if "scan" in a.parts else ():
         for problem in ("full", "core"):
             full = problem == "full"
             gate_kw = make(1, *shape[1:], dtype, a.device, full, seed=1)
@@ -310,6 +422,8 @@ def main():
             if m is not None and "fwd_ms" in m and r is not m:
                 t += f"   {m['fwd_ms'] / r['fwd_ms']:.2f} / {m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}"
         print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<11}{r['check']:<18}{t}")
+    if "decode" in a.parts and a.device == "cuda" and not a.check_only:
+        rows += bench_decode(dtype, a.mamba_src)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
