@@ -43,6 +43,7 @@ import torch
 from ssmscan.ops.ssd_scan import op as _op  # noqa: F401  (registers the ops)
 from ssmscan.ops.ssd_scan.reference import ssd_scan_chunked_reference
 from ssmscan.testing import tolerance
+from ssmscan.testing.triton_interpreter import patch_triton_interpreter_for_numpy2
 
 SHAPES = [
     (8, 2048, 80, 64, 1, 128),  # mamba2-2.7b
@@ -374,6 +375,8 @@ def main():
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
     a = ap.parse_args()
+    if a.device == "cpu":  # the launchers under Triton's interpreter
+        patch_triton_interpreter_for_numpy2()
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
     dtype = DTYPES[a.dtype]
     variants = {"ssmscan": (ours, None)}
