@@ -20,6 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, temp_artifact
+from ._experts import lower_experts
 from ._lowering import lower_for_loop_backends
 from ._prepare import Prepared
 from ._signature import Signature
@@ -119,6 +120,7 @@ def build(
         report.notes.extend(notes)
         table = la.translation_table()
     lower_for_loop_backends(ep, realization, algorithm, report)
+    lower_experts(ep, report)
     report.census(ep)
     with report.stage("onnx"):
         onnx_program = torch.onnx.export(
