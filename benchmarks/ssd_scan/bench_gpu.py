@@ -12,7 +12,9 @@ Shapes are (batch, L, nheads, headdim, ngroups, dstate). Two problems:
 Correctness first: every variant runs once at batch 1 of the shape and its output, final state
 (where it returns one) and every gradient are compared with autograd of the float64 chunked
 reference (``ssd_scan_chunked_reference``, equal to the sequential one to 1e-15) on the same
-inputs; a variant beyond ``tolerance(dtype) * --tol-factor`` is reported and not timed. Times
+inputs. ssmscan beyond ``tolerance(dtype) * --tol-factor`` is reported and not timed; an anchor
+beyond it is timed all the same with its error in the table (the anchors are what users run
+now, and mamba-ssm rounds its matmul operands to the input dtype). Times
 are ``triton.testing.do_bench`` medians (ms), forward and forward+backward. Each row also gives
 the fraction of the floor: max(bytes / copy bandwidth, matmul FLOPs / bf16 matmul rate), both
 measured here (a device-to-device copy, a 8192³ matmul), FLOPs counted at chunk 64 for the
@@ -337,7 +339,7 @@ def bench_decode(dtype, mamba_src):
             err = max(_rel(out, r_out), _rel(state, r_state))
             ok = err <= tolerance(dtype)
             row = dict(part="decode", variant=name, batch=batch, dtype=str(dtype), check=err, ok=ok)
-            if ok:
+            if ok or name != "ssmscan":
 
                 def step(fn=fn, args=args):
                     return fn(**args, dt_softplus=True)
@@ -358,7 +360,8 @@ def bench_decode(dtype, mamba_src):
     print(f"\n{'decode':<12}{'batch':>6}{'check':>10}{'gpu us':>9}{'wall us':>9}")
     for r in rows:
         t = f"{r['gpu_us']:9.1f}{r['wall_us']:9.1f}" if "gpu_us" in r else "  FAILED CHECK"
-        print(f"{r['variant']:<12}{r['batch']:>6}{r['check']:>10.1e}{t}")
+        mark = "" if r["ok"] else " !"
+        print(f"{r['variant']:<12}{r['batch']:>6}{r['check']:>10.1e}{t}{mark}")
     return rows
 
 
@@ -404,7 +407,7 @@ def main():
                 err, worst, ok = gate(fn, gate_kw, full, dtype, a.tol_factor)
                 row = dict(shape=shape, problem=problem, variant=name, dtype=a.dtype,
                            check=f"{worst} {err:.1e}", ok=ok)  # fmt: skip
-                if ok and not a.check_only:
+                if (ok or name != "ssmscan") and not a.check_only:
                     row["fwd_ms"] = time_variant(fn, kw, full, False)
                     row["fwdbwd_ms"] = time_variant(fn, kw, full, True)
                     row["fwd_floor"] = floor_ms(shape, dtype, full, bw, rate, False) / row["fwd_ms"]
@@ -424,7 +427,8 @@ def main():
             m = mine.get((r["shape"], r["problem"]))
             if m is not None and "fwd_ms" in m and r is not m:
                 t += f"   {m['fwd_ms'] / r['fwd_ms']:.2f} / {m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}"
-        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<11}{r['check']:<18}{t}")
+        check = r["check"] + ("" if r["ok"] else " !")  # ! beyond tolerance (an anchor, timed)
+        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<11}{check:<18}{t}")
     if "decode" in a.parts and a.device == "cuda" and not a.check_only:
         rows += bench_decode(dtype, a.mamba_src)
     if a.out:
