@@ -409,29 +409,98 @@ void SSM_FN(ssu_step)(T* state, const T* x, const T* dt, const T* z, const T* A,
 
 /* The intra-chunk matrix of the SSD scan (ops/ssd_scan/README.md, Note [SSD chunked form]) with
  * the time step folded into its columns, for items (chunk, head) in [item_begin, item_end):
- *   M[i, j] = exp(cs_i - cs_j) CB_g[i, j] dt_j   for j <= i,   0 for j > i,
+ *   M[i, j] = exp(cs_i - cs_j) CB_g[i, j] dt_j   for j <= i in one sequence,   0 elsewhere,
  * g = head / (H / G). One pass writes M: the differences, the mask, the exponential and both
  * products fused. An exponent above the diagonal may overflow; the select discards it.
  * cs (chunks, H, Q) is float64 whatever T is: a chunk's log-decays summed reach thousands at
  * strong decays, where a difference of two float32 sums loses every digit of a decay near 1.
- * dt: (chunks, H, Q); CB: (chunks, G, Q, Q); M: (chunks, H, Q, Q); all contiguous. */
-void SSM_FN(ssd_intra)(const double* cs, const T* dt, const T* CB, int64_t H, int64_t G, int64_t Q,
-                       int64_t item_begin, int64_t item_end, T* M) {
+ * dt: (chunks, H, Q) or NULL (no time step folded in: M = decay ∘ CB, as the backward uses it);
+ * seg: (chunks, Q) sequence ids of packed sequences or NULL (one sequence);
+ * CB: (chunks, G, Q, Q); M: (chunks, H, Q, Q); all contiguous. */
+void SSM_FN(ssd_intra)(const double* cs, const T* dt, const int64_t* seg, const T* CB, int64_t H,
+                       int64_t G, int64_t Q, int64_t item_begin, int64_t item_end, T* M) {
     const int64_t hg = H / G;
     for (int64_t item = item_begin; item < item_end; ++item) {
         const int64_t c = item / H, h = item % H, g = h / hg;
         const double* restrict ch = cs + item * Q;
-        const T* restrict dh = dt + item * Q;
+        const T* restrict dh = dt ? dt + item * Q : NULL;
+        const int64_t* restrict sc = seg ? seg + c * Q : NULL;
         const T* restrict cb = CB + (c * G + g) * Q * Q;
         T* restrict m = M + item * Q * Q;
         for (int64_t i = 0; i < Q; ++i) {
             const double ci = ch[i];
             const T* restrict cbi = cb + i * Q;
             T* restrict mi = m + i * Q;
+            if (dh && !sc) {
 #pragma omp simd
-            for (int64_t j = 0; j < Q; ++j) {
-                const T e = EXP((T)(ci - ch[j])) * cbi[j] * dh[j];
-                mi[j] = j <= i ? e : (T)0;
+                for (int64_t j = 0; j < Q; ++j) {
+                    const T e = EXP((T)(ci - ch[j])) * cbi[j] * dh[j];
+                    mi[j] = j <= i ? e : (T)0;
+                }
+            } else if (!sc) {
+#pragma omp simd
+                for (int64_t j = 0; j < Q; ++j) {
+                    const T e = EXP((T)(ci - ch[j])) * cbi[j];
+                    mi[j] = j <= i ? e : (T)0;
+                }
+            } else {
+                const int64_t si = sc[i];
+#pragma omp simd
+                for (int64_t j = 0; j < Q; ++j) {
+                    const T e = EXP((T)(ci - ch[j])) * cbi[j] * (dh ? dh[j] : (T)1);
+                    mi[j] = (j <= i && sc[j] == si) ? e : (T)0;
+                }
+            }
+        }
+    }
+}
+
+/* The intra-chunk part of the SSD backward (Note [SSD chunked backward], step 5) past its two
+ * matmuls, for items (chunk, group) in [item_begin, item_end): from dM = g Xᵀ (the gradient of
+ * M = decay ∘ CB, dt not folded in) of each head of the group,
+ *   dCB[i, j] = sum over the group's heads of dM[i, j] decay[i, j]     (0 above the diagonal)
+ *   pairs[m]  = sum over i > m, j <= m of dM[i, j] M[i, j]             (per head)
+ * the second being what the log-decay increments k in (j, i] receive from M (pairs[m] goes to
+ * increment m + 1): each term added once, never as a difference of large sums. decay is
+ * recomputed from cs as ssd_intra makes it. Rows are walked from the last: S[j] accumulates
+ * sum_{i > m} dM[i, j] M[i, j] and pairs[m] = sum_{j <= m} S[j], both in float64.
+ * cs: (chunks, H, Q) float64; seg: (chunks, Q) or NULL; CB, dCB: (chunks, G, Q, Q);
+ * dM: (chunks, H, Q, Q); pairs: (chunks, H, Q); all contiguous. work: Q doubles per call. */
+void SSM_FN(ssd_intra_bwd)(const double* cs, const int64_t* seg, const T* CB, const T* dM,
+                           int64_t H, int64_t G, int64_t Q, int64_t item_begin, int64_t item_end,
+                           T* dCB, T* pairs, double* work) {
+    const int64_t hg = H / G;
+    for (int64_t item = item_begin; item < item_end; ++item) {
+        const int64_t c = item / G, g = item % G;
+        const int64_t* restrict sc = seg ? seg + c * Q : NULL;
+        const T* restrict cb = CB + item * Q * Q;
+        T* restrict dcb = dCB + item * Q * Q;
+        memset(dcb, 0, (size_t)(Q * Q) * sizeof(T));
+        for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {
+            const double* restrict ch = cs + (c * H + h) * Q;
+            const T* restrict dm = dM + (c * H + h) * Q * Q;
+            T* restrict pr = pairs + (c * H + h) * Q;
+            double* restrict S = work;
+            for (int64_t j = 0; j < Q; ++j) S[j] = 0.0;
+            for (int64_t i = Q - 1; i >= 0; --i) {
+                /* pairs[i] = sum_{j <= i} S[j], S holding rows i' > i */
+                double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+                for (int64_t j = 0; j <= i; ++j) acc += S[j];
+                pr[i] = (T)acc;
+                const double ci = ch[i];
+                const T* restrict cbi = cb + i * Q;
+                const T* restrict dmi = dm + i * Q;
+                T* restrict dcbi = dcb + i * Q;
+                const int64_t si = sc ? sc[i] : 0;
+#pragma omp simd
+                for (int64_t j = 0; j < Q; ++j) {
+                    const int keep = j <= i && (!sc || sc[j] == si);
+                    const T e = keep ? EXP((T)(ci - ch[j])) : (T)0;
+                    const T d = dmi[j] * e;
+                    dcbi[j] += d;
+                    S[j] += (double)(d * cbi[j]);
+                }
             }
         }
     }
