@@ -38,7 +38,13 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ssmscan.passes import _graph as G
 
-__all__ = ["decompose_experts", "grouped_mm_dense", "histc_by_comparison", "lower_experts"]
+__all__ = [
+    "contiguous_empty_like",
+    "decompose_experts",
+    "grouped_mm_dense",
+    "histc_by_comparison",
+    "lower_experts",
+]
 
 _TAG = {"pass": "decompose_experts"}
 
@@ -245,9 +251,59 @@ def _splice(
     gm.graph.erase_node(node)
 
 
-def lower_experts(ep: torch.export.ExportedProgram, report: Any) -> None:
-    """:func:`decompose_experts` on ``ep`` as the stage ``"experts"`` of ``report`` (an
-    ``ExportReport``), its decisions added to the report's notes."""
+def contiguous_empty_like(program: Any) -> G.PassResult:
+    """``aten.empty_like(x)`` of a contiguous ``x`` -> the same with
+    ``memory_format=torch.contiguous_format``: the same tensor, which ``run_decompositions``
+    turns into the Core ATen ``empty.memory_format`` rather than ``empty_permuted`` (not Core
+    ATen; ExecuTorch refuses it). transformers' ``grouped_mm`` experts allocate their inverse
+    permutation this way.
+
+    Args:
+        program: a ``torch.export.ExportedProgram`` or ``fx.GraphModule``, changed in place.
+
+    Returns:
+        A :class:`~ssmscan.passes.PassResult`: changed, and one decision per ``empty_like``.
+
+    Example:
+        >>> class Inverse(torch.nn.Module):
+        ...     def forward(self, perm):
+        ...         inv = torch.empty_like(perm)
+        ...         inv[perm] = torch.arange(perm.shape[0])
+        ...         return inv
+        >>> ep = torch.export.export(Inverse(), (torch.tensor([2, 0, 1]),))
+        >>> bool(contiguous_empty_like(ep))
+        True
+        >>> ep = ep.run_decompositions()
+        >>> any(n.target is torch.ops.aten.empty_permuted.default for n in ep.graph.nodes)
+        False
+        >>> ep.module()(torch.tensor([2, 0, 1]))
+        tensor([1, 2, 0])
+    """
+    gm, ep = G.graph_module_of(program)
+    decisions: list[G.Decision] = []
+    for node in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.empty_like.default):
+        fmt = node.kwargs.get("memory_format")
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+        if fmt not in (None, torch.preserve_format):
+            reason, done = f"memory_format={fmt} already", False
+        elif not isinstance(val, torch.Tensor) or not val.is_contiguous():
+            reason, done = "input not known to be contiguous", False
+        else:
+            node.kwargs = {**node.kwargs, "memory_format": torch.contiguous_format}
+            reason, done = "contiguous input: contiguous_format", True
+        decisions.append(G.Decision(node.name, "aten.empty_like", done, None, reason))
+    changed = any(d.lowered for d in decisions)
+    if changed:
+        G.finish(gm, ep)
+    return G.PassResult(changed, tuple(decisions))
+
+
+def lower_experts(ep: torch.export.ExportedProgram, report: Any, core_aten: bool = False) -> None:
+    """:func:`decompose_experts` on ``ep`` (and :func:`contiguous_empty_like` where
+    ``core_aten``: for targets held to the Core ATen opset) as the stage ``"experts"`` of
+    ``report`` (an ``ExportReport``), the decisions added to the report's notes."""
     with report.stage("experts"), torch.no_grad():
-        res = decompose_experts(ep)
-    report.notes.extend(str(d) for d in res.decisions)
+        results = [decompose_experts(ep)]
+        if core_aten:
+            results.append(contiguous_empty_like(ep))
+    report.notes.extend(str(d) for r in results for d in r.decisions)

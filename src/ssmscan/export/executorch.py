@@ -22,6 +22,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ._common import ExportReport, ExportResult, TargetUnavailable, file_size, temp_artifact
+from ._experts import lower_experts
 from ._lowering import lower_for_loop_backends
 from ._prepare import Prepared
 from .program import export_prepared
@@ -71,6 +72,7 @@ def build(
     ep = export_prepared(prepared, report)
     signature = prepared.signature(ep, torch.device("cpu"))
     lower_for_loop_backends(ep, realization, algorithm, report)
+    lower_experts(ep, report, core_aten=True)
     partitioners = _partitioners()
     with report.stage("to_edge_transform_and_lower"):
         edge = to_edge_transform_and_lower(ep, partitioner=partitioners)

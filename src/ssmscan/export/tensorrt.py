@@ -57,6 +57,7 @@ from ._common import (
     flat_outputs,
     temp_artifact,
 )
+from ._experts import lower_experts
 from ._prepare import Prepared
 from .program import export_prepared, export_program
 
@@ -248,6 +249,7 @@ def lower_for_tensorrt(
 ) -> torch.export.ExportedProgram:
     """ssmscan ops -> parallel aten, scan HOPs -> aten, ``run_decompositions()``, assertion
     nodes dropped (as Torch-TensorRT's ``remove_assert_nodes`` does); returns the new program."""
+    lower_experts(ep, report)
     with report.stage("decompose"):
         res = decompose_selective_scan(ep, "parallel", algorithm)  # type: ignore[arg-type]
         low = run_pipeline(ep, TENSORRT_PIPELINE)
