@@ -21,6 +21,7 @@ from ssmscan.export import TargetUnavailable, export
 from ssmscan.export._common import ExportReport, flat_outputs
 from ssmscan.export.tensorrt import (
     NotTensorRTReady,
+    fill_static_factories,
     lower_for_tensorrt,
     register_tensorrt_passes,
     ssmscan_lower_scans,
@@ -163,6 +164,103 @@ def test_build_says_what_is_missing_where_tensorrt_is_absent():
         assert "TensorRT" in msg and "tensorrt_dry_run" in msg
     else:  # a machine with TensorRT and a GPU: the engine must match eager
         _check_against_eager(res.run(*inputs), model, inputs)
+
+
+class MaskedAttention(torch.nn.Module):
+    """Attention as transformers' hybrids run it: a causal boolean mask built from ``arange`` and
+    ``new_ones``, then ``scaled_dot_product_attention`` (whose math decomposition gives
+    ``_safe_softmax``: ``where(all_masked, zeros_like(p), p)``)."""
+
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.heads = heads
+
+    def forward(self, x):  # x (batch, L, dim)
+        b, L, d = x.shape
+        q, k, v = self.qkv(x).view(b, L, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        pos = torch.arange(L, device=x.device)
+        keep = x.new_ones((b, L), dtype=torch.bool)[:, None, None, :]
+        mask = (pos[None, :] <= pos[:, None])[None, None] & keep
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("L", [1, 63, 1000], ids=["L1", "L63", "L1000"])
+def test_attention_mask_factories_become_full(L):
+    torch.manual_seed(L)
+    model, inputs = MaskedAttention().eval(), (torch.randn(1, L, 8),)
+    ep = torch.export.export(model, inputs)
+    before = ep.run_decompositions()
+    assert "aten.full_like.default" in {str(n.target) for n in before.graph.nodes}
+    expected = before.module()(*inputs)
+    report = ExportReport("tensorrt")
+    ep = lower_for_tensorrt(ep, "auto", report)
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert "aten.full_like.default" not in targets and "aten.full.default" in targets
+    assert check_tensorrt_ready(ep).ready, check_tensorrt_ready(ep)
+    assert any("aten.full_like.default x1" in note for note in report.notes), report.notes
+    assert torch.equal(ep.module()(*inputs), expected)  # the same ops on the same values
+    _check_against_eager(flat_outputs(ep.module()(*inputs)), model, inputs)
+
+
+class _Factories(torch.nn.Module):
+    def __init__(self, factory):
+        super().__init__()
+        self.factory = factory
+
+    def forward(self, x):
+        return x * 2 + self.factory(x)
+
+
+FACTORIES = {
+    "full_like": (lambda x: torch.full_like(x, -1.5), "aten.full_like.default"),
+    "zeros_like": (torch.zeros_like, "aten.zeros_like.default"),
+    "ones_like": (torch.ones_like, "aten.ones_like.default"),
+    "new_full": (lambda x: x.new_full((3, 5), 7), "aten.new_full.default"),
+    "new_zeros": (lambda x: x.new_zeros(3, 5), "aten.new_zeros.default"),
+    "new_ones": (lambda x: x.new_ones(3, 5), "aten.new_ones.default"),
+    "int-fill": (lambda x: torch.full_like(x, 2, dtype=torch.int32), "aten.full_like.default"),
+}
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_each_factory_becomes_full_with_the_same_values(name):
+    factory, op = FACTORIES[name]
+    model, x = _Factories(factory), torch.randn(3, 5)
+    ep = torch.export.export(model, (x,))
+    assert op in {str(n.target) for n in ep.graph.nodes}
+    assert fill_static_factories(ep.graph_module) == {op: 1}
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert op not in targets and "aten.full.default" in targets
+    got = ep.module()(x)
+    want = model(x)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+class _Transposed(torch.nn.Module):
+    def forward(self, x):
+        return torch.full_like(x.t(), 3.0).sum(0)  # preserve_format: a transposed output
+
+
+class _Computed(torch.nn.Module):
+    def forward(self, x, y):
+        return y + torch.full_like(y, x.shape[1])  # y static, the fill a symbolic size of x
+
+
+@pytest.mark.parametrize(
+    ("model", "dynamic"),
+    [(_Factories(torch.zeros_like), True), (_Transposed(), False), (_Computed(), True)],
+    ids=["dynamic-shape", "non-contiguous", "computed-fill"],
+)
+def test_fill_rewrite_leaves_what_it_cannot_keep_the_same(model, dynamic):
+    inputs = (torch.randn(3, 5),) if not isinstance(model, _Computed) else (torch.randn(3, 5),) * 2
+    L = torch.export.Dim("L", min=2, max=64)
+    shapes = None if not dynamic else ({1: L},) + (None,) * (len(inputs) - 1)
+    ep = torch.export.export(model, inputs, dynamic_shapes=shapes)
+    code = ep.graph_module.code
+    assert fill_static_factories(ep.graph_module) == {}
+    assert ep.graph_module.code == code
 
 
 # ---------------------------------------------------------------------------------------------

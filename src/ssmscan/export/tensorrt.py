@@ -65,6 +65,7 @@ __all__ = [
     "NotTensorRTReady",
     "TensorRTDryRun",
     "build",
+    "fill_static_factories",
     "register_tensorrt_passes",
     "ssmscan_lower_scans",
     "tensorrt_dry_run",
@@ -274,7 +275,95 @@ def lower_for_tensorrt(
         report.notes.append(
             f"dropped {len(asserts)} assertion node(s), as Torch-TensorRT's remove_assert_nodes does"
         )
+    filled = fill_static_factories(gm)
+    if filled:
+        which = ", ".join(f"{name} x{count}" for name, count in sorted(filled.items()))
+        report.notes.append(f"constant factories at a static shape -> aten.full: {which}")
     return ep
+
+
+# Constant factories ``run_decompositions()`` leaves in models: torch's SDPA math decomposition
+# (``_safe_softmax``: ``where(all_masked, zeros_like(p), p)``) gives ``full_like``, mask code
+# ``new_ones``/``new_zeros``. Each is ``aten.full`` of its output's shape, dtype and device, with
+# the fill value at this index of the node's args (``"arg"``) or this constant (``"value"``).
+_FILLS: dict[Any, tuple[str, Any]] = {
+    torch.ops.aten.full_like.default: ("arg", 1),
+    torch.ops.aten.zeros_like.default: ("value", 0),
+    torch.ops.aten.ones_like.default: ("value", 1),
+    torch.ops.aten.new_full.default: ("arg", 2),
+    torch.ops.aten.new_zeros.default: ("value", 0),
+    torch.ops.aten.new_ones.default: ("value", 1),
+}
+
+
+def fill_static_factories(gm: fx.GraphModule) -> dict[str, int]:
+    """``full_like`` / ``zeros_like`` / ``ones_like`` / ``new_full`` / ``new_zeros`` /
+    ``new_ones`` of a static, contiguous, strided output in, ``aten.full`` of that shape, dtype
+    and device out (same values, same strides); returns the rewritten ops and their counts.
+
+    These factories have no Torch-TensorRT converter (its decompositions turn them into
+    ``aten.full`` the same way); a node with a symbolic shape, another layout, strides other
+    than contiguous, or a fill value computed in the graph is left as it is.
+
+    Example:
+        >>> import torch
+        >>> class M(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return torch.where(x > 0, x, torch.full_like(x, -1.0))
+        >>> ep = torch.export.export(M(), (torch.randn(1, 3),)).run_decompositions()
+        >>> fill_static_factories(ep.graph_module)
+        {'aten.full_like.default': 1}
+        >>> ep.module()(torch.tensor([[1.0, -2.0, 3.0]])).tolist()
+        [[1.0, -1.0, 3.0]]
+    """
+    counts: dict[str, int] = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _FILLS:
+            continue
+        full_args = _full_args(node)
+        if full_args is None:
+            continue
+        shape, value, val = full_args
+        with gm.graph.inserting_before(node):
+            full = gm.graph.call_function(
+                torch.ops.aten.full.default,
+                (shape, value),
+                {
+                    "dtype": val.dtype,
+                    "layout": torch.strided,
+                    "device": val.device,
+                    "pin_memory": False,
+                },
+            )
+        full.meta.update(
+            {k: node.meta[k] for k in ("nn_module_stack", "stack_trace") if k in node.meta}
+        )
+        full.meta["val"] = val
+        node.replace_all_uses_with(full)
+        gm.graph.erase_node(node)
+        name = str(node.target)
+        counts[name] = counts.get(name, 0) + 1
+    if counts:
+        gm.graph.lint()
+        gm.recompile()
+    return counts
+
+
+def _full_args(node: fx.Node) -> tuple[list[int], Any, torch.Tensor] | None:
+    """``(shape, fill value, output value)`` of ``aten.full`` giving what ``node`` gives, or
+    ``None`` where it would not be the same tensor."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+        return None
+    if not all(isinstance(s, int) for s in val.shape) or not val.is_contiguous():
+        return None
+    if node.kwargs.get("pin_memory"):
+        return None
+    where, fill = _FILLS[node.target]
+    value = node.args[fill] if where == "arg" else fill
+    if not isinstance(value, (bool, int, float)):
+        return None
+    return list(val.shape), value, val
 
 
 def _verdict(readiness: TensorRTReadiness) -> str:
