@@ -110,3 +110,60 @@ def test_tiny_lm_logits_and_state():
     cfg = model.config
     conv, ssm = torch.zeros(1, cfg.d_inner, cfg.d_conv), torch.zeros(1, cfg.d_inner, cfg.d_state)
     _check_against_eager(res.run(ids, conv, conv, ssm, ssm), model, (ids,))
+
+
+class Attention(torch.nn.Module):
+    """Causal attention over a dynamic length: its (batch, heads, L, L) scores make ExecuTorch's
+    memory plan quadratic in the length's upper bound."""
+
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.heads = heads
+
+    def forward(self, x):  # x (batch, L, dim)
+        b, L, d = x.shape
+        q, k, v = self.qkv(x).view(b, L, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        pos = torch.arange(L)
+        mask = pos[None, :] <= pos[:, None]
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@needs_executorch
+def test_plan_beyond_memory_raises_naming_the_bound_and_the_layer(tmp_path):
+    from ssmscan.export.executorch import PlanTooLarge
+
+    # at L <= 2**20 each (1, 2, L, L) float32 score tensor alone is 8 TiB
+    L = torch.export.Dim("L", min=2, max=2**20)
+    path = tmp_path / "attention.pte"
+    with pytest.raises(PlanTooLarge, match=r"at L <= 1048576 ExecuTorch's memory plan") as info:
+        export(
+            Attention().eval(),
+            (torch.randn(1, 7, 8),),
+            target="executorch",
+            dynamic_shapes=({1: L},),
+            path=str(path),
+        )
+    msg = str(info.value)
+    assert "(1, 2, 1048576, 1048576) float32 (8192.0 GiB each" in msg, msg
+    assert "Dim max" in msg and "static" in msg
+    assert info.value.planned_bytes > info.value.limit_bytes
+    assert not path.exists()  # refused before writing a program the runtime cannot load
+
+
+@needs_executorch
+def test_plan_checked_against_the_given_limit():
+    from ssmscan.export.executorch import PlanTooLarge, _check_plan, planned_bytes
+
+    model = Attention().eval()
+    L = torch.export.Dim("L", min=2, max=64)
+    res = export(model, (torch.randn(1, 7, 8),), target="executorch", dynamic_shapes=({1: L},))
+    planned = planned_bytes(res.artifact)
+    assert planned >= 2 * 64 * 64 * 4  # one (1, 2, 64, 64) float32 score tensor at least
+    _check_plan(res.artifact, res.signature, planned)
+    with pytest.raises(PlanTooLarge, match=r"at L <= 64 .* more than this machine's"):
+        _check_plan(res.artifact, res.signature, planned - 1)
+    for length in (2, 7, 64):
+        x = torch.randn(1, length, 8)
+        _check_against_eager(res.run(x), model, (x,))
