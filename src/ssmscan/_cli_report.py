@@ -54,6 +54,7 @@ def _build(
     Raises ``TargetUnavailable`` when the target cannot run here, anything else when it fails.
     """
     from ssmscan.export import TargetUnavailable, export
+    from ssmscan.export.executorch import PlanTooLarge
 
     row = TargetResult(target)
     if target == "eager":
@@ -77,9 +78,18 @@ def _build(
     dynamic = dynamic and target not in STATIC_ONLY
     t0 = time.perf_counter()
     try:
-        res = export(
-            model, (ids,), target, dynamic_spec(ids.shape[1]) if dynamic else None, path=path
-        )
+        try:
+            res = export(
+                model, (ids,), target, dynamic_spec(ids.shape[1]) if dynamic else None, path=path
+            )
+        except PlanTooLarge as e:
+            # ExecuTorch plans memory at the length's upper bound: where that plan does not fit
+            # (attention's L x L scores), the row is built at the static length and says why
+            if not dynamic:
+                raise
+            row.reason = f"built at a static length: {_one_line(e)}"
+            dynamic = False
+            res = export(model, (ids,), target, None, path=path)
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("ssmscan.export."):
             raise TargetUnavailable(f"this ssmscan has no {target} target yet ({e.name})") from e
