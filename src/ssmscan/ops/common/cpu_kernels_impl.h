@@ -456,19 +456,19 @@ void SSM_FN(ssd_intra)(const double* cs, const T* dt, const int64_t* seg, const 
 }
 
 /* The intra-chunk part of the SSD backward (Note [SSD chunked backward], step 5) past its two
- * matmuls, for items (chunk, group) in [item_begin, item_end): from dM = g Xᵀ (the gradient of
- * M = decay ∘ CB, dt not folded in) of each head of the group,
+ * matmuls, for items (chunk, group) in [item_begin, item_end): from dN = g xᵀ per head, whose
+ * columns times dt give dM = g (dt x)ᵀ, the gradient of M = decay ∘ CB,
  *   dCB[i, j] = sum over the group's heads of dM[i, j] decay[i, j]     (0 above the diagonal)
  *   pairs[m]  = sum over i > m, j <= m of dM[i, j] M[i, j]             (per head)
  * the second being what the log-decay increments k in (j, i] receive from M (pairs[m] goes to
  * increment m + 1): each term added once, never as a difference of large sums. decay is
  * recomputed from cs as ssd_intra makes it. Rows are walked from the last: S[j] accumulates
  * sum_{i > m} dM[i, j] M[i, j] and pairs[m] = sum_{j <= m} S[j], both in float64.
- * cs: (chunks, H, Q) float64; seg: (chunks, Q) or NULL; CB, dCB: (chunks, G, Q, Q);
- * dM: (chunks, H, Q, Q); pairs: (chunks, H, Q); all contiguous. work: Q doubles per call. */
-void SSM_FN(ssd_intra_bwd)(const double* cs, const int64_t* seg, const T* CB, const T* dM,
-                           int64_t H, int64_t G, int64_t Q, int64_t item_begin, int64_t item_end,
-                           T* dCB, T* pairs, double* work) {
+ * cs: (chunks, H, Q) float64; dt: (chunks, H, Q); seg: (chunks, Q) or NULL; CB, dCB: (chunks,
+ * G, Q, Q); dN: (chunks, H, Q, Q); pairs: (chunks, H, Q); all contiguous. work: Q doubles. */
+void SSM_FN(ssd_intra_bwd)(const double* cs, const T* dt, const int64_t* seg, const T* CB,
+                           const T* dN, int64_t H, int64_t G, int64_t Q, int64_t item_begin,
+                           int64_t item_end, T* dCB, T* pairs, double* work) {
     const int64_t hg = H / G;
     for (int64_t item = item_begin; item < item_end; ++item) {
         const int64_t c = item / G, g = item % G;
@@ -478,7 +478,8 @@ void SSM_FN(ssd_intra_bwd)(const double* cs, const int64_t* seg, const T* CB, co
         memset(dcb, 0, (size_t)(Q * Q) * sizeof(T));
         for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {
             const double* restrict ch = cs + (c * H + h) * Q;
-            const T* restrict dm = dM + (c * H + h) * Q * Q;
+            const T* restrict dh = dt + (c * H + h) * Q;
+            const T* restrict dn = dN + (c * H + h) * Q * Q;
             T* restrict pr = pairs + (c * H + h) * Q;
             double* restrict S = work;
             for (int64_t j = 0; j < Q; ++j) S[j] = 0.0;
@@ -490,14 +491,14 @@ void SSM_FN(ssd_intra_bwd)(const double* cs, const int64_t* seg, const T* CB, co
                 pr[i] = (T)acc;
                 const double ci = ch[i];
                 const T* restrict cbi = cb + i * Q;
-                const T* restrict dmi = dm + i * Q;
+                const T* restrict dni = dn + i * Q;
                 T* restrict dcbi = dcb + i * Q;
                 const int64_t si = sc ? sc[i] : 0;
 #pragma omp simd
                 for (int64_t j = 0; j < Q; ++j) {
                     const int keep = j <= i && (!sc || sc[j] == si);
                     const T e = keep ? EXP((T)(ci - ch[j])) : (T)0;
-                    const T d = dmi[j] * e;
+                    const T d = dni[j] * dh[j] * e;
                     dcbi[j] += d;
                     S[j] += (double)(d * cbi[j]);
                 }

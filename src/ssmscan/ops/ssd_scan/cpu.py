@@ -50,7 +50,7 @@ def _intra_kernel(dtype: torch.dtype) -> Callable[..., None]:
 def _intra_bwd_kernel(dtype: torch.dtype) -> Callable[..., None]:
     fn = getattr(cpu_lib.library(), f"ssd_intra_bwd_{_SFX[dtype]}")
     p, i = ctypes.c_void_p, ctypes.c_int64
-    fn.argtypes = [p] * 4 + [i] * 5 + [p] * 3
+    fn.argtypes = [p] * 5 + [i] * 5 + [p] * 3
     fn.restype = None
     return fn
 
@@ -93,24 +93,26 @@ def _intra_matrix(
 
 def _intra_backward(
     cs: torch.Tensor,
+    dt: torch.Tensor,
     seg: torch.Tensor | None,
     CB: torch.Tensor,
-    dM: torch.Tensor,
+    dN: torch.Tensor,
     H: int,
     G: int,
     Q: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dCB (k, G, Q, Q), pairs (k, H, Q)) from dM (k, H, Q, Q), the gradient of M = decay ∘ CB
-    (``_intra_matrix`` without dt): dCB sums dM ∘ decay over each group's heads; pairs[m] sums
-    dM_ij M_ij over i > m >= j (Note [SSD chunked backward], step 5). Contiguous operands as
-    ``_intra_matrix``'s; the C kernel ``ssd_intra_bwd``."""
+    """(dCB (k, G, Q, Q), pairs (k, H, Q)) from dN (k, H, Q, Q) = g xᵀ, whose columns times dt
+    (k, H, Q) are dM, the gradient of M = decay ∘ CB (``_intra_matrix`` without dt): dCB sums
+    dM ∘ decay over each group's heads; pairs[m] sums dM_ij M_ij over i > m >= j (Note [SSD
+    chunked backward], step 5). Contiguous operands as ``_intra_matrix``'s; the C kernel
+    ``ssd_intra_bwd``."""
     k = cs.shape[0]
     dCB = torch.empty(k, G, Q, Q, dtype=CB.dtype)
     pairs = torch.empty(k, H, Q, dtype=CB.dtype)
     workers = cpu_lib.num_workers(k * G)
     work = torch.empty(workers, Q, dtype=torch.float64)
     fn = _intra_bwd_kernel(CB.dtype)
-    args = (cs.data_ptr(), cpu_lib.ptr(seg), CB.data_ptr(), dM.data_ptr(), H, G, Q)
+    args = (cs.data_ptr(), dt.data_ptr(), cpu_lib.ptr(seg), CB.data_ptr(), dN.data_ptr(), H, G, Q)
     cpu_lib.run_ranges(
         lambda w, begin, end: fn(
             *args, begin, end, dCB.data_ptr(), pairs.data_ptr(), work[w].data_ptr()
@@ -394,131 +396,119 @@ def ssd_backward(
     dA = torch.zeros(H, dtype=cdt)
     dDp = torch.zeros(H, P, dtype=cdt) if D is not None else None
     dinit = torch.empty(b, H, P, N, dtype=cdt)
-    # dS[j] = the gradient of the state entering chunk c0 + j; dS[k] that of the state after the
-    # block, handed on from the block after it (from dfinal_states for the last)
-    dS = torch.empty(min(nc, _BLOCK) + 1, H, P, N, dtype=cdt)
+    # the gradients of the state after the chunk at hand (dnext) and of the state entering it
+    dnext = torch.empty(H, P, N, dtype=cdt)
+    dcur = torch.empty(H, P, N, dtype=cdt)
     T = torch.empty(H, Q, N, dtype=cdt)
     Tg = T.view(G, hg, Q, N)
     for i in range(b):
+        if dfinal_states is not None:
+            dnext.copy_(dfinal_states[i])
+        else:
+            dnext.zero_()
         for c0 in reversed(range(0, nc, _BLOCK)):
             c1 = min(nc, c0 + _BLOCK)
             k = c1 - c0
-            if c1 == nc:
-                if dfinal_states is not None:
-                    dS[k] = dfinal_states[i]
-                else:
-                    dS[k] = 0.0
-            else:
-                dS[k] = dS[0]
             xb = _rows(x, i, c0, c1, Q, cdt)  # (k, Q, H, P)
             g = _rows(dout, i, c0, c1, Q, cdt)
-            db = p.d[i, c0:c1]  # (k, Q, H)
+            db = p.d[i, c0:c1, :, :, None]  # (k, Q, H, 1)
+            dhb = p.dh[i, c0:c1]  # (k, H, Q)
             cs = p.cs[i, c0:c1]  # (k, H, Q) float64
-            ws = p.w_start[i, c0:c1]  # (k, H, Q)
-            we = p.w_end[i, c0:c1]
+            ws, we = p.w_start[i, c0:c1], p.w_end[i, c0:c1]  # (k, H, Q)
+            wsq, weq = ws.transpose(1, 2)[..., None], we.transpose(1, 2)[..., None]  # (k, Q, H, 1)
             Bb, Cb = p.Bg[i, c0:c1], p.Cg[i, c0:c1]  # (k, G, Q, N)
             Sb = S[i, c0:c1]  # (k, H, P, N)
             seg = p.seg[i, c0:c1] if p.seg is not None else None
             CB = Cb @ Bb.transpose(-1, -2)  # (k, G, Q, Q)
             M = _intra_matrix(cs, None, seg, CB, H, G, Q)  # (k, H, Q, Q) decay ∘ CB
-            xdt = xb * db[..., None]  # (k, Q, H, P)
-            xh = xdt.transpose(1, 2)  # (k, H, Q, P), views
-            wq = ws.view(k, G, hg, Q).transpose(2, 3)[..., None]  # (k, G, Q, hg, 1)
+            xh = xb.transpose(1, 2)  # (k, H, Q, P)
 
-            # 1. gate and skip: y = y_ssd + D x; out = y * silu(z)
-            CS = None
-            if z is not None:  # the gate needs y: recompute the block's
-                y = torch.empty(k, Q, H, P, dtype=cdt)
+            # 1. gate and skip: y = y_ssd + D x; out = y * silu(z). The gate needs the block's
+            # y: recomputed chunk by chunk into dz's block, then turned into dz in place
+            if z is not None:
+                dzb = dz[i, c0 * Q : c1 * Q].view(k, Q, H, P)  # type: ignore[index]
+                wq = ws.view(k, G, hg, Q).transpose(2, 3)[..., None]  # (k, G, Q, hg, 1)
                 for j in range(k):
-                    torch.bmm(M[j], xh[j], out=y[j].transpose(0, 1))
-                CS = Cb @ Sb.view(k, G, hgP, N).transpose(-1, -2)  # (k, G, Q, hg * P)
-                y.view(k, Q, G, hg, P).transpose(1, 2).addcmul_(CS.view(k, G, Q, hg, P), wq)
+                    torch.bmm(M[j], xh[j] * dhb[j, :, :, None], out=dzb[j].transpose(0, 1))
+                    CS = Cb[j] @ Sb[j].view(G, hgP, N).transpose(-1, -2)  # (G, Q, hg * P)
+                    yg = dzb[j].view(Q, G, hg, P).transpose(0, 1)
+                    yg.addcmul_(CS.view(G, Q, hg, P), wq[j])
                 if Dh is not None:
-                    y.addcmul_(Dh, xb)
+                    dzb.addcmul_(Dh, xb)
                 zb = _rows(z, i, c0, c1, Q, cdt)
                 sig = torch.sigmoid(zb)
-                dzb = dz[i, c0 * Q : c1 * Q].view(k, Q, H, P)  # type: ignore[index]
-                torch.mul(g, y, out=dzb)
-                del y
-                dzb.mul_(sig).mul_(zb * (1 - sig) + 1)
+                dzb.mul_(g).mul_(sig).mul_(zb * (1 - sig) + 1)
                 g = g * zb * sig
                 del zb, sig
             if dDp is not None:
                 dDp += (g * xb).sum(dim=(0, 1))
+            gh = g.transpose(1, 2)  # (k, H, Q, P)
 
-            # 2. read-out of the carried state: y_i += w_start_i C_i S_cᵀ
-            gw = g.reshape(k, Q, G, hg, P) * wq.transpose(1, 2)  # (k, Q, G, hg, P)
-            gw = gw.reshape(k, Q, G, hgP).transpose(1, 2)  # (k, G, Q, hg * P)
-            torch.matmul(gw.transpose(-1, -2), Cb, out=dS[:k].view(k, G, hgP, N))
-            dCb = dC[i, c0:c1]  # (k, G, Q, N)
-            if CS is not None:  # C Sᵀ at hand: dw_start from it, dC with a group's heads as K
-                dws = (g.reshape(k, Q, G, hgP) * CS.transpose(1, 2)).reshape(k, Q, H, P).sum(-1)
-                dws = dws.transpose(1, 2)  # (k, H, Q)
-                torch.matmul(gw, Sb.view(k, G, hgP, N), out=dCb)
-            else:  # one product per head, g S, serves both (T is (H, Q, N): one chunk's)
-                gh = g.transpose(1, 2)  # (k, H, Q, P)
-                w5 = ws.view(k, G, hg, Q, 1)
-                dws = torch.empty(k, G, hg, Q, dtype=cdt)
-                for j in range(k):
-                    torch.bmm(gh[j], Sb[j], out=T)
-                    torch.sum(Tg * Cb[j, :, None], -1, out=dws[j])
-                    torch.sum(Tg * w5[j], 1, out=dCb[j])
-                dws = dws.view(k, H, Q)
-            del gw
-
-            # 3. the states' gradient backwards through the block, in place:
-            # S_{c+1} = carry_c S_c + local_c gives dS_c = carry_c dS_{c+1} + dS_out_c
-            carry = p.carry[i, c0:c1]  # (k, H)
-            for j in range(k - 1, -1, -1):
-                dS[j].addcmul_(carry[j, :, None, None], dS[j + 1])
-            dl = dS[1 : k + 1]  # dlocal_c = dS_{c+1}
-            dcarry = torch.bmm(dl.view(k * H, 1, P * N), Sb.reshape(k * H, P * N, 1)).view(k, H)
-
-            # 4. each chunk's own state: local = (w_end ∘ X)ᵀ B per group
-            xw = (xdt * we.transpose(1, 2)[..., None]).view(k, Q, G, hgP).transpose(1, 2)
-            dBb = dB[i, c0:c1]
-            torch.matmul(xw, dl.view(k, G, hgP, N), out=dBb)
-            del xw
-            dxw = (Bb @ dl.view(k, G, hgP, N).transpose(-1, -2)).transpose(1, 2)
-            dxw = dxw.reshape(k, Q, H, P)  # (k, Q, H, P)
-            dwe = (dxw * xdt).sum(-1).transpose(1, 2)  # (k, H, Q)
-
-            # 5. within chunks: Y = M X per head
-            gh = g.transpose(1, 2)
-            dxdt = torch.empty(k, Q, H, P, dtype=cdt)
-            dxh = dxdt.transpose(1, 2)
-            dM = torch.empty(k, H, Q, Q, dtype=cdt)
+            # 2. within chunks, Y = M X per head with X = dt x: dX = Mᵀ g, written into dx's
+            # block; g xᵀ, times dt in the kernel, is dM
+            dxb = dx[i, c0 * Q : c1 * Q].view(k, Q, H, P)
+            dxh = dxb.transpose(1, 2)
+            dN = torch.empty(k, H, Q, Q, dtype=cdt)
             for j in range(k):
                 torch.bmm(M[j].transpose(-1, -2), gh[j], out=dxh[j])
-                torch.bmm(gh[j], xh[j].transpose(-1, -2), out=dM[j])
-            del M, xdt
-            dxdt.addcmul_(dxw, we.transpose(1, 2)[..., None])
-            del dxw
-            dCB, pairs = _intra_backward(cs, seg, CB, dM, H, G, Q)
-            del dM
+                torch.bmm(gh[j], xh[j].transpose(-1, -2), out=dN[j])
+            del M
+            dCB, pairs = _intra_backward(cs, dhb, seg, CB, dN, H, G, Q)
+            del dN
+
+            # 3, 4. chunk by chunk backwards: each chunk's own state local = (w_end dt x)ᵀ B
+            # with dlocal = dS_{c+1} (dnext), the carry, the read-out of the entering state and
+            # dS_c = carry_c dS_{c+1} + dS_out_c (into dcur)
+            dBb, dCb = dB[i, c0:c1], dC[i, c0:c1]  # (k, G, Q, N)
+            dws = torch.empty(k, G, hg, Q, dtype=cdt)
+            dwe = torch.empty(k, Q, H, dtype=cdt)  # x . dXe, times dt below
+            dcarry = torch.empty(k, H, dtype=cdt)
+            wde = weq * db  # (k, Q, H, 1)
+            w5 = ws.view(k, G, hg, Q, 1)
+            carry = p.carry[i, c0:c1]  # (k, H)
+            for j in range(k - 1, -1, -1):
+                dl = dnext.view(G, hgP, N)
+                torch.bmm(
+                    dnext.view(H, 1, P * N), Sb[j].view(H, P * N, 1), out=dcarry[j].view(H, 1, 1)
+                )
+                xw = (xb[j] * wde[j]).view(Q, G, hgP).transpose(0, 1)  # (G, Q, hg * P)
+                torch.matmul(xw, dl, out=dBb[j])
+                dxe = (Bb[j] @ dl.transpose(-1, -2)).transpose(0, 1).reshape(Q, H, P)
+                torch.sum(dxe * xb[j], -1, out=dwe[j])
+                dxb[j].addcmul_(dxe, weq[j])
+                del xw, dxe
+                # read-out of the entering state: T = g S per head gives dw_start and dC
+                torch.bmm(gh[j], Sb[j], out=T)
+                torch.sum(Tg * Cb[j, :, None], -1, out=dws[j])
+                torch.sum(Tg * w5[j], 1, out=dCb[j])
+                gw = (g[j] * wsq[j]).view(Q, G, hgP).transpose(0, 1)  # (G, Q, hg * P)
+                torch.matmul(gw.transpose(-1, -2), Cb[j], out=dcur.view(G, hgP, N))
+                dcur.addcmul_(carry[j, :, None, None], dnext)
+                dnext, dcur = dcur, dnext
+            # C Bᵀ: dC += d(C Bᵀ) B, dB += d(C Bᵀ)ᵀ C
             dCb.view(k * G, Q, N).baddbmm_(dCB.view(k * G, Q, Q), Bb.reshape(k * G, Q, N))
-            dBb.view(k * G, Q, N).baddbmm_(
-                dCB.view(k * G, Q, Q).transpose(-1, -2), Cb.reshape(k * G, Q, N)
-            )
+            dCBt = dCB.view(k * G, Q, Q).transpose(-1, -2)
+            dBb.view(k * G, Q, N).baddbmm_(dCBt, Cb.reshape(k * G, Q, N))
 
             # 6. the log-decays cs = cumsum(dt * A) within the chunk. da_k, the gradient of the
             # k-th increment, sums each term that contains it directly: the decay matrix over
             # the pairs j < k <= i, w_start over i >= k, w_end over i < k, the carry always.
             # (Summing gradients of cs and then their reverse cumsum gives the same in exact
             # arithmetic, as differences of large sums that float32 loses at strong decays.)
+            dws = dws.view(k, H, Q)
+            dwe = dwe.transpose(1, 2) * dhb  # (k, H, Q)
             da = (dws * ws).flip(-1).cumsum(-1).flip(-1)  # (k, H, Q), i >= k
             da[..., 1:] += pairs[..., :-1] + (dwe * we).cumsum(-1)[..., :-1]
             da += (dcarry * carry)[..., None]
-            dA += (da * p.dh[i, c0:c1]).sum(dim=(0, 2))
+            dA += (da * dhb).sum(dim=(0, 2))
             ddb = dd[i, c0:c1]  # (k, Q, H)
-            torch.sum(dxdt * xb, -1, out=ddb)
+            torch.sum(dxb * xb, -1, out=ddb)
             ddb.addcmul_(da.transpose(1, 2), Af)
-            dxb = dx[i, c0 * Q : c1 * Q].view(k, Q, H, P)
-            torch.mul(dxdt, db[..., None], out=dxb)
+            dxb.mul_(db)
             if Dh is not None:
                 dxb.addcmul_(g, Dh)
-        dinit[i] = dS[0]
-    del S, dS
+        dinit[i] = dnext
+    del S
 
     grads: dict[str, torch.Tensor] = {"A": dA, "x": dx[:, :L]}
     if initial_states is not None:
