@@ -6,7 +6,8 @@ C·Bᵀ (one matmul per group), masked by the decays and applied to dt·x (one p
 own state Bᵀ·(decayed dt·x) (one per group, all heads of the group as rows); a loop over chunks
 carries the state (elementwise, (L/Q) steps); the carried state is read out through C (one
 matmul per group). Nothing is quadratic in L: the largest temporaries are (Q x Q) per chunk and
-head. The backward stores nothing but the inputs and recomputes the forward's pieces.
+head. The backward stores nothing but the inputs: it recomputes the states entering the chunks,
+then works backwards a block of chunks at a time, recomputing the block's other pieces.
 """
 
 from __future__ import annotations
