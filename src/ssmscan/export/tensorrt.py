@@ -5,8 +5,10 @@ Three pieces:
 
 * :func:`build` (``ssmscan.export(..., target="tensorrt")``): export, the ssmscan ops replaced by
   their parallel realization, ``associative_scan``/``scan`` HOPs lowered (``TENSORRT_PIPELINE``),
-  ``run_decompositions()``, then :func:`~ssmscan.passes.check_tensorrt_ready` against Torch-TensorRT
-  2.13's converter registry. A graph that is not ready raises :class:`NotTensorRTReady` naming the
+  ``run_decompositions()``, the constant factories it leaves (``full_like`` from the attention
+  mask's ``_safe_softmax``) made ``aten.full`` at their static shape, then
+  :func:`~ssmscan.passes.check_tensorrt_ready` against Torch-TensorRT 2.13's converter
+  registry. A graph that is not ready raises :class:`NotTensorRTReady` naming the
   offending ops; a ready one is compiled with ``torch_tensorrt.dynamo.compile(min_block_size=1,
   require_full_compilation=True)`` where NVIDIA's TensorRT runtime and a CUDA GPU exist, and
   :class:`~ssmscan.export.TargetUnavailable` says what is missing otherwise.
@@ -249,7 +251,8 @@ def lower_for_tensorrt(
     ep: torch.export.ExportedProgram, algorithm: str, report: ExportReport
 ) -> torch.export.ExportedProgram:
     """ssmscan ops -> parallel aten, scan HOPs -> aten, ``run_decompositions()``, assertion
-    nodes dropped (as Torch-TensorRT's ``remove_assert_nodes`` does); returns the new program."""
+    nodes dropped (as Torch-TensorRT's ``remove_assert_nodes`` does), constant factories at a
+    static shape -> ``aten.full`` (:func:`fill_static_factories`); returns the new program."""
     lower_experts(ep, report)
     with report.stage("decompose"):
         res = decompose_selective_scan(ep, "parallel", algorithm)  # type: ignore[arg-type]
