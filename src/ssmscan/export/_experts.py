@@ -39,11 +39,13 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ssmscan.passes import _graph as G
 
 __all__ = [
-    "contiguous_empty_like",
     "decompose_experts",
+    "empty_like_as_zeros",
     "grouped_mm_dense",
     "histc_by_comparison",
     "lower_experts",
+    "sort_as_topk",
+    "split_as_slices",
 ]
 
 _TAG = {"pass": "decompose_experts"}
@@ -251,12 +253,13 @@ def _splice(
     gm.graph.erase_node(node)
 
 
-def contiguous_empty_like(program: Any) -> G.PassResult:
-    """``aten.empty_like(x)`` of a contiguous ``x`` -> the same with
-    ``memory_format=torch.contiguous_format``: the same tensor, which ``run_decompositions``
-    turns into the Core ATen ``empty.memory_format`` rather than ``empty_permuted`` (not Core
-    ATen; ExecuTorch refuses it). transformers' ``grouped_mm`` experts allocate their inverse
-    permutation this way.
+def empty_like_as_zeros(program: Any) -> G.PassResult:
+    """``aten.empty_like(x, ...)`` -> ``aten.zeros_like(x, ...)``: zeros are one of the values an
+    uninitialized tensor may hold, so every reader sees what it may see of ``empty_like``.
+    ExecuTorch takes neither form ``run_decompositions`` gives ``empty_like``: ``empty_permuted``
+    is not Core ATen, and ``empty.memory_format`` of a symbolic size is specialized to the
+    example's size by ``to_edge``; ``zeros_like`` becomes ``full_like`` and stays dynamic.
+    transformers' ``grouped_mm`` experts allocate their inverse permutation with ``empty_like``.
 
     Args:
         program: a ``torch.export.ExportedProgram`` or ``fx.GraphModule``, changed in place.
@@ -271,39 +274,166 @@ def contiguous_empty_like(program: Any) -> G.PassResult:
         ...         inv[perm] = torch.arange(perm.shape[0])
         ...         return inv
         >>> ep = torch.export.export(Inverse(), (torch.tensor([2, 0, 1]),))
-        >>> bool(contiguous_empty_like(ep))
+        >>> bool(empty_like_as_zeros(ep))
         True
-        >>> ep = ep.run_decompositions()
-        >>> any(n.target is torch.ops.aten.empty_permuted.default for n in ep.graph.nodes)
-        False
         >>> ep.module()(torch.tensor([2, 0, 1]))
         tensor([1, 2, 0])
     """
     gm, ep = G.graph_module_of(program)
     decisions: list[G.Decision] = []
     for node in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.empty_like.default):
-        fmt = node.kwargs.get("memory_format")
-        val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
-        if fmt not in (None, torch.preserve_format):
-            reason, done = f"memory_format={fmt} already", False
-        elif not isinstance(val, torch.Tensor) or not val.is_contiguous():
-            reason, done = "input not known to be contiguous", False
-        else:
-            node.kwargs = {**node.kwargs, "memory_format": torch.contiguous_format}
-            reason, done = "contiguous input: contiguous_format", True
-        decisions.append(G.Decision(node.name, "aten.empty_like", done, None, reason))
+        node.target = torch.ops.aten.zeros_like.default
+        node.meta[G.LOWERING_META] = {"pass": "empty_like_as_zeros"}
+        decisions.append(G.Decision(node.name, "aten.empty_like", True, "zeros_like", "as zeros"))
+    changed = bool(decisions)
+    if changed:
+        G.finish(gm, ep)
+    return G.PassResult(changed, tuple(decisions))
+
+
+def sort_as_topk(program: Any) -> G.PassResult:
+    """``aten.sort(x, dim, descending)`` -> ``aten.topk(x, x.shape[dim], dim, descending,
+    sorted=True)``: the same sorted values and a permutation that sorts ``x`` (an unstable sort
+    promises no order among equal values; ``sort(stable=True)`` is left alone). ExecuTorch's
+    portable kernels have ``topk`` but no ``sort``; transformers' ``grouped_mm`` experts sort
+    their expert ids, and what they compute does not depend on the order among equal ids (each
+    row is multiplied on its own and put back by the inverse permutation).
+
+    Args:
+        program: a ``torch.export.ExportedProgram`` or ``fx.GraphModule``, changed in place.
+
+    Returns:
+        A :class:`~ssmscan.passes.PassResult`: changed, and one decision per ``sort``.
+
+    Example:
+        >>> class Sort(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return tuple(torch.sort(x, descending=True))
+        >>> ep = torch.export.export(Sort(), (torch.tensor([3, 1, 2]),))
+        >>> bool(sort_as_topk(ep))
+        True
+        >>> ep.module()(torch.tensor([5, 9, 7]))
+        (tensor([9, 7, 5]), tensor([1, 2, 0]))
+    """
+    gm, ep = G.graph_module_of(program)
+    decisions: list[G.Decision] = []
+    for node in list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.sort.default)):
+        given = dict(zip(("self", "dim", "descending"), node.args, strict=False)) | node.kwargs
+        x, dim, descending = given["self"], given.get("dim", -1), given.get("descending", False)
+        if not isinstance(x, fx.Node) or not isinstance(x.meta.get("val"), torch.Tensor):
+            decisions.append(G.Decision(node.name, "aten.sort", False, None, "no fake input"))
+            continue
+        if G.output_users(node, 2) is None:
+            decisions.append(
+                G.Decision(node.name, "aten.sort", False, None, "outputs not read by getitem")
+            )
+            continue
+
+        G.splice(gm, node, _topk_sort(int(dim), bool(descending)), [x], {"pass": "sort_as_topk"})
+        decisions.append(G.Decision(node.name, "aten.sort", True, "topk", "k = the sorted size"))
     changed = any(d.lowered for d in decisions)
     if changed:
         G.finish(gm, ep)
     return G.PassResult(changed, tuple(decisions))
 
 
+def split_as_slices(program: Any) -> G.PassResult:
+    """``aten.chunk`` / ``split.Tensor`` / ``split_with_sizes`` along a static dimension, read
+    through ``getitem`` -> one ``aten.slice.Tensor`` per piece read: the same views.
+
+    ExecuTorch's argument validator (``to_edge``, executorch 1.5.1) takes the length of a
+    ``Tensor[]`` result from its first tensor's leading dimension; where that dimension is
+    symbolic (the token rows of transformers' experts, split into gate and up), the check
+    specializes it to the example's size and the program loses its dynamic length.
+
+    Args:
+        program: a ``torch.export.ExportedProgram`` or ``fx.GraphModule``, changed in place.
+
+    Returns:
+        A :class:`~ssmscan.passes.PassResult`: changed, and one decision per split considered.
+
+    Example:
+        >>> class Gate(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         gate, up = x.chunk(2, dim=-1)
+        ...         return gate * up
+        >>> ep = torch.export.export(Gate(), (torch.randn(3, 4),))
+        >>> bool(split_as_slices(ep))
+        True
+        >>> x = torch.randn(3, 4)
+        >>> torch.equal(ep.module()(x), x[:, :2] * x[:, 2:])
+        True
+    """
+    gm, ep = G.graph_module_of(program)
+    decisions: list[G.Decision] = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _SPLITS:
+            continue
+        dim = _split_dim(node)
+        vals = node.meta.get("val")
+        users = G.output_users(node, len(vals)) if isinstance(vals, (list, tuple)) else None
+        x = node.args[0]
+
+        def left(reason: str, node: fx.Node = node) -> G.Decision:
+            return G.Decision(node.name, str(node.target), False, None, reason)
+
+        if users is None or not isinstance(x, fx.Node) or not isinstance(dim, int):
+            decisions.append(left("outputs not read by getitem, or no static dim"))
+            continue
+        sizes = [v.shape[dim] for v in vals]
+        if not all(isinstance(n, int) for n in sizes):
+            decisions.append(left("pieces of symbolic size"))
+            continue
+        start = 0
+        for size, us in zip(sizes, users, strict=True):
+            for u in us:
+                with gm.graph.inserting_before(u):
+                    piece = gm.graph.call_function(
+                        torch.ops.aten.slice.Tensor, (x, dim, start, start + size)
+                    )
+                piece.meta.update(u.meta)
+                piece.meta[G.LOWERING_META] = {"pass": "split_as_slices"}
+                u.replace_all_uses_with(piece)
+                gm.graph.erase_node(u)
+            start += size
+        gm.graph.erase_node(node)
+        decisions.append(G.Decision(node.name, str(node.target), True, "slice", f"{sizes}"))
+    changed = any(d.lowered for d in decisions)
+    if changed:
+        G.finish(gm, ep)
+    return G.PassResult(changed, tuple(decisions))
+
+
+_SPLITS = (
+    torch.ops.aten.chunk.default,
+    torch.ops.aten.split.Tensor,
+    torch.ops.aten.split_with_sizes.default,
+)
+
+
+def _split_dim(node: fx.Node) -> int | None:
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    x = node.args[0]
+    if not isinstance(dim, int) or not isinstance(x, fx.Node):
+        return None
+    val = x.meta.get("val")
+    return dim % val.dim() if isinstance(val, torch.Tensor) else None
+
+
+def _topk_sort(dim: int, largest: bool) -> Callable[[torch.Tensor], Any]:
+    def fn(t: torch.Tensor) -> Any:
+        return tuple(torch.topk(t, t.shape[dim], dim, largest=largest, sorted=True))
+
+    return fn
+
+
 def lower_experts(ep: torch.export.ExportedProgram, report: Any, core_aten: bool = False) -> None:
-    """:func:`decompose_experts` on ``ep`` (and :func:`contiguous_empty_like` where
-    ``core_aten``: for targets held to the Core ATen opset) as the stage ``"experts"`` of
-    ``report`` (an ``ExportReport``), the decisions added to the report's notes."""
+    """:func:`decompose_experts` on ``ep`` as the stage ``"experts"`` of ``report`` (an
+    ``ExportReport``), the decisions added to the report's notes. ``core_aten`` (for ExecuTorch:
+    the Core ATen opset, its portable kernels and its argument validator) adds
+    :func:`empty_like_as_zeros`, :func:`sort_as_topk` and :func:`split_as_slices`."""
     with report.stage("experts"), torch.no_grad():
         results = [decompose_experts(ep)]
         if core_aten:
-            results.append(contiguous_empty_like(ep))
+            results += [empty_like_as_zeros(ep), sort_as_topk(ep), split_as_slices(ep)]
     report.notes.extend(str(d) for r in results for d in r.decisions)
