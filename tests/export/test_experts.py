@@ -166,6 +166,10 @@ def test_split_as_slices_keeps_a_dynamic_leading_size_through_executorch():
     edge = to_edge(ep).exported_program()  # the validator specializes n without the rewrite
     assert [n.meta["val"].shape for n in edge.graph.nodes if n.op == "placeholder"] == [(9, 6)]
 
+    ep = torch.export.export(Gate(), (x,))  # static: the validator reads the sizes as they are
+    code = ep.graph_module.code
+    assert not split_as_slices(ep).changed and ep.graph_module.code == code
+
     ep = torch.export.export(Gate(), (x,), dynamic_shapes=dynamic)
     res = split_as_slices(ep)
     assert res.changed and len(res.decisions) == 2 and all(d.lowered for d in res.decisions)

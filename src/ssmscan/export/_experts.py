@@ -338,8 +338,9 @@ def sort_as_topk(program: Any) -> G.PassResult:
 
 
 def split_as_slices(program: Any) -> G.PassResult:
-    """``aten.chunk`` / ``split.Tensor`` / ``split_with_sizes`` along a static dimension, read
-    through ``getitem`` -> one ``aten.slice.Tensor`` per piece read: the same views.
+    """``aten.chunk`` / ``split.Tensor`` / ``split_with_sizes`` into pieces of static size whose
+    leading dimension is symbolic, read through ``getitem`` -> one ``aten.slice.Tensor`` per
+    piece read: the same views.
 
     ExecuTorch's argument validator (``to_edge``, executorch 1.5.1) takes the length of a
     ``Tensor[]`` result from its first tensor's leading dimension; where that dimension is
@@ -357,7 +358,8 @@ def split_as_slices(program: Any) -> G.PassResult:
         ...     def forward(self, x):
         ...         gate, up = x.chunk(2, dim=-1)
         ...         return gate * up
-        >>> ep = torch.export.export(Gate(), (torch.randn(3, 4),))
+        >>> rows = torch.export.Dim("rows")
+        >>> ep = torch.export.export(Gate(), (torch.randn(3, 4),), dynamic_shapes=({0: rows},))
         >>> bool(split_as_slices(ep))
         True
         >>> x = torch.randn(3, 4)
@@ -383,6 +385,9 @@ def split_as_slices(program: Any) -> G.PassResult:
         sizes = [v.shape[dim] for v in vals]
         if not all(isinstance(n, int) for n in sizes):
             decisions.append(left("pieces of symbolic size"))
+            continue
+        if not vals or not vals[0].dim() or isinstance(vals[0].shape[0], int):
+            decisions.append(left("static leading dimension: the validator reads it as is"))
             continue
         start = 0
         for size, us in zip(sizes, users, strict=True):
