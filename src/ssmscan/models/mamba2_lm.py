@@ -3,20 +3,16 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import nn
 
 from ssmscan.models.config import Mamba2Config
-from ssmscan.models.lm import _generate
-from ssmscan.models.mamba import RMSNorm
+from ssmscan.models.lm_base import LMBase
 from ssmscan.models.mamba2 import Mamba2Block, _check_impl
 from ssmscan.models.state import MambaState
 from ssmscan.ops.ssd_scan.api import Impl
 
 
-class Mamba2LM(nn.Module):
+class Mamba2LM(LMBase):
     """A Mamba-2 language model on ssmscan ops, initialised deterministically from ``config.seed``.
 
     ``forward(input_ids, state, seq_idx)`` is prefill (``state=None``), chunked prefill (a state
@@ -51,20 +47,10 @@ class Mamba2LM(nn.Module):
         torch.Size([2, 10])
     """
 
+    config: Mamba2Config
+
     def __init__(self, config: Mamba2Config, impl: Impl = "auto") -> None:
-        super().__init__()
-        _check_impl(impl)
-        self.config = config
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.embedding = nn.Embedding(config.padded_vocab_size, config.d_model)
-            self.layers = nn.ModuleList(Mamba2Block(config, impl) for _ in range(config.n_layer))
-            self.norm_f = RMSNorm(config.d_model, eps=config.rms_norm_eps)
-            self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
-            self._init_weights()
-        if config.tie_embeddings:
-            self.lm_head.weight = self.embedding.weight
-        self._impl: Impl = impl
+        super().__init__(config, impl, Mamba2Block, _check_impl)
 
     @classmethod
     def from_config(cls, config: Mamba2Config, impl: Impl = "auto") -> Mamba2LM:
@@ -83,33 +69,6 @@ class Mamba2LM(nn.Module):
             8
         """
         return cls(config, impl=impl)
-
-    @torch.no_grad()
-    def _init_weights(self) -> None:
-        """mamba-ssm's ``_init_weights`` (no MLP, one residual per layer): embedding ~ N(0, 0.02);
-        Linear biases zero; out_proj kaiming-uniform scaled by 1/sqrt(n_layer)."""
-        nn.init.normal_(self.embedding.weight, std=0.02)
-        for block in self.layers:
-            assert isinstance(block, Mamba2Block)
-            mixer = block.mixer
-            for linear in (mixer.in_proj, mixer.out_proj):
-                if linear.bias is not None:
-                    nn.init.zeros_(linear.bias)
-            nn.init.kaiming_uniform_(mixer.out_proj.weight, a=math.sqrt(5))
-            mixer.out_proj.weight /= math.sqrt(self.config.n_layer)
-
-    @property
-    def impl(self) -> Impl:
-        """The SSD scan implementation every layer uses; assignable."""
-        return self._impl
-
-    @impl.setter
-    def impl(self, value: Impl) -> None:
-        _check_impl(value)
-        self._impl = value
-        for block in self.layers:
-            assert isinstance(block, Mamba2Block)
-            block.mixer.impl = value
 
     def forward(
         self,
@@ -132,51 +91,4 @@ class Mamba2LM(nn.Module):
             ``MambaState`` (fresh tensors; the given state is not modified), with ``seq_idx`` the
             state of each row's last sequence.
         """
-        if state is not None and state.n_layer != len(self.layers):
-            raise ValueError(
-                f"state covers {state.n_layer} layers; the model has {len(self.layers)}"
-            )
-        hidden = self.embedding(input_ids)
-        conv_states, ssm_states = [], []
-        for i, block in enumerate(self.layers):
-            conv_state = state.conv_states[i] if state is not None else None
-            ssm_state = state.ssm_states[i] if state is not None else None
-            hidden, conv_state, ssm_state = block(hidden, conv_state, ssm_state, seq_idx)
-            conv_states.append(conv_state)
-            ssm_states.append(ssm_state)
-        hidden = self.norm_f(hidden.to(self.norm_f.weight.dtype))
-        logits = self.lm_head(hidden)
-        if self.config.padded_vocab_size != self.config.vocab_size:
-            logits = logits[..., : self.config.vocab_size]
-        return logits, MambaState(tuple(conv_states), tuple(ssm_states))
-
-    @torch.no_grad()
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """Continue ``input_ids`` by ``max_new_tokens`` tokens: one prefill, then decode steps.
-
-        Args:
-            input_ids: (batch, L) int64 prompt, L >= 1.
-            max_new_tokens: number of tokens to append (>= 0).
-            temperature: None or 0 for greedy (argmax) decoding; > 0 samples from
-                ``softmax(logits / temperature)``.
-            top_k: when sampling, keep only the ``top_k`` most likely tokens.
-            generator: random generator for sampling (reproducible draws).
-
-        Returns:
-            (batch, L + max_new_tokens) int64: the prompt followed by the new tokens.
-
-        Example:
-            >>> import torch
-            >>> from ssmscan.models import Mamba2Config, Mamba2LM
-            >>> model = Mamba2LM(Mamba2Config.preset("tiny")).eval()
-            >>> model.generate(torch.tensor([[1, 2, 3]]), 4).shape
-            torch.Size([1, 7])
-        """
-        return _generate(self, input_ids, max_new_tokens, temperature, top_k, generator)
+        return self._forward(input_ids, state, seq_idx)

@@ -1,0 +1,181 @@
+"""``LMBase``: what ``MambaLM`` and ``Mamba2LM`` share — embedding, residual blocks, final RMSNorm
+and a tied head, seeded init, the ``impl`` switch, the layer loop over a ``MambaState``, and
+``generate``. Each LM adds its block type, its config, its typed ``forward`` and ``from_config``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ssmscan.models.config import Mamba2Config, MambaConfig
+from ssmscan.models.mamba import RMSNorm
+from ssmscan.models.state import MambaState
+
+
+class LMBase(nn.Module):
+    """A Mamba language model's body, initialised deterministically from ``config.seed``:
+    ``embedding``, ``layers.{i}`` (pre-norm residual blocks), ``norm_f`` and ``lm_head`` (tied to
+    the embedding when ``config.tie_embeddings``). A subclass supplies the block and its forward.
+
+    Args:
+        config: the hyper-parameters (``n_layer``, ``d_model``, vocabulary, ``rms_norm_eps``,
+            ``tie_embeddings``, ``seed``).
+        impl: scan implementation for every layer; change later through the ``impl`` attribute.
+        block: ``block(config, impl)`` builds one layer whose ``mixer`` has ``in_proj``,
+            ``out_proj`` and ``impl``, and whose forward is ``(hidden, conv_state, ssm_state, ...)
+            -> (hidden, conv_state, ssm_state)``.
+        check_impl: raises ValueError for an ``impl`` the block does not take.
+
+    Example:
+        >>> from ssmscan.models import Mamba2Config, Mamba2LM, build_model
+        >>> from ssmscan.models.lm_base import LMBase
+        >>> isinstance(build_model("tiny"), LMBase), issubclass(Mamba2LM, LMBase)
+        (True, True)
+    """
+
+    def __init__(
+        self,
+        config: MambaConfig | Mamba2Config,
+        impl: str,
+        block: Callable[[Any, Any], nn.Module],
+        check_impl: Callable[[str], None],
+    ) -> None:
+        super().__init__()
+        check_impl(impl)
+        self._check_impl = check_impl
+        self.config = config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.embedding = nn.Embedding(config.padded_vocab_size, config.d_model)
+            self.layers = nn.ModuleList(block(config, impl) for _ in range(config.n_layer))
+            self.norm_f = RMSNorm(config.d_model, eps=config.rms_norm_eps)
+            self.lm_head = nn.Linear(config.d_model, config.padded_vocab_size, bias=False)
+            self._init_weights()
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embedding.weight
+        self._impl = impl
+
+    def _mixers(self) -> list[Any]:
+        """Each layer's mixer (a ``MambaMixer`` or ``Mamba2Mixer``)."""
+        return [block.mixer for block in self.layers]
+
+    @torch.no_grad()
+    def _init_weights(self) -> None:
+        """mamba-ssm's ``_init_weights`` (no MLP, one residual per layer): embedding ~ N(0, 0.02);
+        the mixers' in_proj / out_proj biases zero (Mamba-1's dt_proj keeps its own init);
+        out_proj kaiming-uniform scaled by 1/sqrt(n_layer) (prenorm residual rescale)."""
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        for mixer in self._mixers():
+            for linear in (mixer.in_proj, mixer.out_proj):
+                if linear.bias is not None:
+                    nn.init.zeros_(linear.bias)
+            nn.init.kaiming_uniform_(mixer.out_proj.weight, a=math.sqrt(5))
+            mixer.out_proj.weight /= math.sqrt(self.config.n_layer)
+
+    @property
+    def impl(self) -> str:
+        """The scan implementation every layer uses; assignable."""
+        return self._impl
+
+    @impl.setter
+    def impl(self, value: str) -> None:
+        self._check_impl(value)
+        self._impl = value
+        for mixer in self._mixers():
+            mixer.impl = value
+
+    def _forward(
+        self, input_ids: torch.Tensor, state: MambaState | None, *block_args: Any
+    ) -> tuple[torch.Tensor, MambaState]:
+        """The subclass's ``forward``: embed, run every block from its layer of ``state`` (with
+        ``block_args`` after the states), norm, head; logits cut to ``vocab_size``."""
+        if state is not None and state.n_layer != len(self.layers):
+            raise ValueError(
+                f"state covers {state.n_layer} layers; the model has {len(self.layers)}"
+            )
+        hidden = self.embedding(input_ids)
+        conv_states, ssm_states = [], []
+        for i, block in enumerate(self.layers):
+            conv_state = state.conv_states[i] if state is not None else None
+            ssm_state = state.ssm_states[i] if state is not None else None
+            hidden, conv_state, ssm_state = block(hidden, conv_state, ssm_state, *block_args)
+            conv_states.append(conv_state)
+            ssm_states.append(ssm_state)
+        hidden = self.norm_f(hidden.to(self.norm_f.weight.dtype))
+        logits = self.lm_head(hidden)
+        if self.config.padded_vocab_size != self.config.vocab_size:
+            logits = logits[..., : self.config.vocab_size]
+        return logits, MambaState(tuple(conv_states), tuple(ssm_states))
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue ``input_ids`` by ``max_new_tokens`` tokens: one prefill, then decode steps.
+
+        Args:
+            input_ids: (batch, L) int64 prompt, L >= 1.
+            max_new_tokens: number of tokens to append (>= 0).
+            temperature: None or 0 for greedy (argmax) decoding; > 0 samples from
+                ``softmax(logits / temperature)``.
+            top_k: when sampling, keep only the ``top_k`` most likely tokens.
+            generator: random generator for sampling (reproducible draws).
+
+        Returns:
+            (batch, L + max_new_tokens) int64: the prompt followed by the new tokens.
+
+        Example:
+            >>> import torch
+            >>> from ssmscan.models import Mamba2Config, Mamba2LM, build_model
+            >>> model = build_model("tiny").eval()
+            >>> g = torch.Generator().manual_seed(0)
+            >>> out = model.generate(torch.tensor([[1, 2, 3]]), 4, temperature=0.8, top_k=20,
+            ...     generator=g)
+            >>> out.shape
+            torch.Size([1, 7])
+            >>> model = Mamba2LM(Mamba2Config.preset("tiny")).eval()
+            >>> model.generate(torch.tensor([[1, 2, 3]]), 4).shape
+            torch.Size([1, 7])
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0; got {max_new_tokens}")
+        if temperature is not None and temperature < 0:
+            raise ValueError(f"temperature must be None or >= 0; got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be None or >= 1; got {top_k}")
+        tokens = [input_ids]
+        if max_new_tokens == 0:
+            return input_ids
+        logits, state = self(input_ids)
+        for i in range(max_new_tokens):
+            next_ids = _pick(logits[:, -1].float(), temperature, top_k, generator)
+            tokens.append(next_ids)
+            if i + 1 < max_new_tokens:
+                logits, state = self(next_ids, state)
+        return torch.cat(tokens, dim=1)
+
+
+def _pick(
+    logits: torch.Tensor,
+    temperature: float | None,
+    top_k: int | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Next token (batch, 1) from last-position logits (batch, vocab)."""
+    if not temperature:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
