@@ -368,3 +368,21 @@ def test_moe_block_all_in_tensorrt(torch_tensorrt):
     assert result.all_in_tensorrt, (result.unsupported, result.engines, result.torch_blocks)
     assert result.readiness.ready, result.readiness
     _check(lambda _: flat_outputs(result.graph(x))[0], block, [x])
+
+
+@needs_transformers
+@needs_onnx
+@pytest.mark.onnx
+@pytest.mark.slow
+def test_granitemoehybrid_tiny_onnx_logits_match_eager():
+    """The whole tiny GraniteMoeHybrid LM (Mamba-2 mixers on ssmscan, attention, MoE layers)
+    as ``ssmscan report --model hf-granitemoehybrid-tiny`` exports it."""
+    from ssmscan._cli_hf_models import load_hf_tiny
+
+    model = load_hf_tiny("hf-granitemoehybrid-tiny").module
+    g = torch.Generator().manual_seed(7)
+    ids = [torch.randint(0, 256, s, generator=g) for s in [(1, 9), (1, 64), (2, 23)]]
+    dynamic = ({1: Dim("L", min=2, max=256)},)
+    res = ssmscan.export(model, (ids[0],), "onnx", dynamic)
+    assert set(res.report.leftover_ops) == {"higher_order.scan"}  # the Mamba-2 loops: ONNX Scan
+    _check(lambda x: res.run(x)[0], model, ids)
