@@ -33,8 +33,9 @@ def _skip(D: torch.Tensor | None, cdt: torch.dtype) -> torch.Tensor | None:
 
 _SFX = {torch.float32: "f32", torch.float64: "f64"}
 
-# chunks per block of the forward's output pass: its temporaries are a block's decay matrices
-# and carried-state read-outs, about 1/4 of x's size at Q = P = 64 with 32 chunks
+# chunks per block of the forward's output pass and of the backward: their temporaries are a
+# block's decay matrices and carried-state read-outs (forward) or decay matrices and their
+# gradients (backward), about 1/4 and 1/2 of x's size at Q = P = 64 with 32 chunks
 _BLOCK = 8
 
 
