@@ -191,26 +191,27 @@ def _histc(gm: fx.GraphModule, node: fx.Node) -> G.Decision:
         return left("input without a fake value")
     if not x.meta["val"].is_floating_point():
         return left(f"input of dtype {x.meta['val'].dtype} (histc takes floating input)")
-    if not all(isinstance(v, (int, float)) for v in (bins, lo, hi)):
+    if not (
+        isinstance(bins, int) and isinstance(lo, (int, float)) and isinstance(hi, (int, float))
+    ):
         return left("bins, min or max not a literal")
     ends = _histc_ends(float(lo), float(hi), x.meta["val"].dtype)
     if ends is None:
         return left(f"min={lo} >= max={hi}: the range comes from the data")
-    _splice(gm, node, lambda t: _histc_counts(t, int(bins), *ends), [x])
+    _splice(gm, node, lambda t: _histc_counts(t, bins, *ends), [x])
     return G.Decision(
         node.name, "aten.histc", True, "comparison-sum", f"{bins} bins over [{lo}, {hi}]"
     )
 
 
 def _grouped_mm(gm: fx.GraphModule, node: fx.Node) -> G.Decision:
-    args = list(node.args) + [
-        node.kwargs[k] for k in ("input", "weight", "offs") if k in node.kwargs
-    ]
+    given = [*node.args, *(node.kwargs[k] for k in ("input", "weight", "offs") if k in node.kwargs)]
+    args = [a for a in given if isinstance(a, fx.Node)]
 
     def left(reason: str) -> G.Decision:
         return G.Decision(node.name, "transformers.grouped_mm_fallback", False, None, reason)
 
-    if len(args) != 3 or not all(isinstance(a, fx.Node) for a in args):
+    if len(given) != 3 or len(args) != 3:
         return left("arguments not three graph values")
     if not all(isinstance(a.meta.get("val"), torch.Tensor) for a in args):
         return left("inputs without fake values")
@@ -234,7 +235,9 @@ def _splice(
     env: dict[fx.Node, fx.Node] = dict(
         zip([n for n in traced.graph.nodes if n.op == "placeholder"], inputs, strict=True)
     )
-    inherited = {k: node.meta[k] for k in ("nn_module_stack", "stack_trace") if k in node.meta}
+    inherited: dict[str, Any] = {
+        k: node.meta[k] for k in ("nn_module_stack", "stack_trace") if k in node.meta
+    }
     out: Any = None
     with gm.graph.inserting_before(node):
         for n in traced.graph.nodes:
