@@ -161,6 +161,7 @@ def test_plan_checked_against_the_given_limit():
     res = export(model, (torch.randn(1, 7, 8),), target="executorch", dynamic_shapes=({1: L},))
     planned = planned_bytes(res.artifact)
     assert planned >= 2 * 64 * 64 * 4  # one (1, 2, 64, 64) float32 score tensor at least
+    assert f"memory plan at L <= 64: {planned / 2**20:.1f} MiB" in res.report.notes
     _check_plan(res.artifact, res.signature, planned)
     with pytest.raises(PlanTooLarge, match=r"at L <= 64 .* more than this machine's"):
         _check_plan(res.artifact, res.signature, planned - 1)

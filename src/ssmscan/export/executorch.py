@@ -111,6 +111,8 @@ def build(
     with report.stage("to_executorch"):
         program = edge.to_executorch()
     _check_plan(program, signature, _physical_memory())
+    planned = planned_bytes(program)
+    report.notes.append(f"memory plan {_plan_shapes(signature)}: {planned / 2**20:.1f} MiB")
     temp_dir = None
     if path is None:
         temp_dir, path = temp_artifact("executorch", "model.pte")
@@ -150,12 +152,12 @@ def _physical_memory() -> int | None:
 
 
 def _check_plan(program: Any, signature: Signature, limit: int | None) -> None:
-    """Raise :class:`PlanTooLarge` where the planned memory exceeds ``limit`` bytes."""
+    """Raise :class:`PlanTooLarge` where the planned memory exceeds ``limit`` bytes (``None``:
+    no limit known)."""
     planned = planned_bytes(program)
     if limit is None or planned <= limit:
         return
-    bounds = ", ".join(f"{name} <= {hi}" for name, (_, hi) in signature.dims.items())
-    at = f"at {bounds}" if bounds else "at the static shapes"
+    at = _plan_shapes(signature)
     largest = "; ".join(_largest_planned(program.exported_program().graph_module))
     raise PlanTooLarge(
         f"target 'executorch': {at} ExecuTorch's memory plan needs {_gib(planned)}, more than "
@@ -166,6 +168,11 @@ def _check_plan(program: Any, signature: Signature, limit: int | None) -> None:
         planned,
         limit,
     )
+
+
+def _plan_shapes(signature: Signature) -> str:
+    bounds = ", ".join(f"{name} <= {hi}" for name, (_, hi) in signature.dims.items())
+    return f"at {bounds}" if bounds else "at the static shapes"
 
 
 def _largest_planned(gm: fx.GraphModule, count: int = 3) -> list[str]:
