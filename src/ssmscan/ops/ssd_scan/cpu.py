@@ -371,11 +371,12 @@ def ssd_backward(
     hg, Q = H // G, chunk_size
     if L == 0:
         zero = {
-            k: torch.zeros(t.shape, dtype=cdt) for k, t in dict(x=x, dt=dt, A=A, B=B, C=C).items()
+            name: torch.zeros(t.shape, dtype=cdt)
+            for name, t in dict(x=x, dt=dt, A=A, B=B, C=C).items()
         }
-        for k, t in dict(D=D, z=z, dt_bias=dt_bias).items():
-            if t is not None:
-                zero[k] = torch.zeros(t.shape, dtype=cdt)
+        for name, opt in dict(D=D, z=z, dt_bias=dt_bias).items():
+            if opt is not None:
+                zero[name] = torch.zeros(opt.shape, dtype=cdt)
         if initial_states is not None:
             zero["initial_states"] = (
                 dfinal_states.to(cdt)
