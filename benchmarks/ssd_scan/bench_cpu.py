@@ -57,6 +57,7 @@ import ssmscan
 from ssmscan.ops.ssd_scan.common import plan_chunk_size
 from ssmscan.ops.ssd_scan.reference import ssd_scan_chunked_reference, ssd_scan_reference
 from ssmscan.testing import rel_error, tolerance
+from ssmscan.testing.memory import cpu_peak_bytes
 
 
 # --- mamba-ssm's ssd_minimal_discrete, einops written out --------------------------------------
@@ -434,23 +435,6 @@ def _interleaved_medians(steps, reps):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def peak_bytes(step):
-    """Most bytes held at once by tensors allocated during ``step()`` (its temporaries and results;
-    the inputs that exist before the call are not counted), from the profiler's allocation events.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    held = peak = 0
-    for e in events:
-        held += e.nbytes()
-        peak = max(peak, held)
-    return peak
-
-
 def _nbytes(*tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -493,7 +477,7 @@ def bench(shape, reps, variants):
         medians = _interleaved_medians(steps, reps)
         base = medians.get("ssmscan")
         for name, t in medians.items():
-            peak = peak_bytes(steps[name])
+            peak = cpu_peak_bytes(steps[name])
             ratio = f"{t / base:6.2f}x ssmscan" if base else ""
             print(f"  {mode:8s} {name:18s} {t * 1e3:9.1f} ms  {ratio}   peak {peak / 2**20:7.1f} MiB"
                   f" = {peak / io:4.2f}x inputs+outputs")  # fmt: skip

@@ -7,23 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import ssmscan
-
-
-def _peak_bytes(step) -> int:
-    """Most bytes held at once by tensors allocated during ``step()`` (temporaries and results),
-    from the profiler's allocation events, as ``benchmarks/ssd_scan/bench_cpu.py`` measures it."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    held = peak = 0
-    for e in events:
-        held += e.nbytes()
-        peak = max(peak, held)
-    return peak
+from ssmscan.testing.memory import cpu_peak_bytes
 
 
 def _nbytes(*tensors: torch.Tensor) -> int:
@@ -61,6 +47,6 @@ def test_forward_backward_peak_within_twice_inputs_and_outputs(L, gated, ssd_inp
     # inputs and outputs of the step: the inputs, out and final state, the incoming gradients
     # of out and final and the gradient of every input (the inputs' bytes again)
     io = 2 * (_nbytes(*tensors.values()) + _nbytes(out, final))
-    peak = _peak_bytes(step)
+    peak = cpu_peak_bytes(step)
     assert peak > 0.5 * io  # the step's own results are seen
     assert peak <= 2 * io, f"peak {peak / io:.2f}x inputs+outputs > 2x"
