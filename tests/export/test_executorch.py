@@ -11,25 +11,12 @@ import sys
 
 import pytest
 import torch
+from extras import needs_executorch
 
 from ssmscan.export import TargetUnavailable, export
 from ssmscan.export._common import flat_outputs
 from ssmscan.models import MambaConfig, MambaMixer, build_model
 from ssmscan.testing import assert_close_to_reference
-
-
-def _executorch_missing() -> str | None:
-    try:
-        import executorch.exir
-        import executorch.runtime  # noqa: F401
-    except ImportError as e:
-        return f"executorch not importable here ({e}); pip install 'ssmscan[executorch]'"
-    return None
-
-
-needs_executorch = pytest.mark.skipif(
-    _executorch_missing() is not None, reason=str(_executorch_missing())
-)
 
 
 class Mixer(torch.nn.Module):

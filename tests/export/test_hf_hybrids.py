@@ -21,6 +21,8 @@ from torch.export import Dim
 
 pytest.importorskip("transformers", reason="the hybrids are transformers models (the hf extra)")
 
+from extras import needs_executorch
+
 from ssmscan._cli_hf_models import load_hf_tiny
 from ssmscan.export import TargetUnavailable, export
 from ssmscan.export._common import ExportReport
@@ -32,20 +34,6 @@ pytestmark = pytest.mark.slow
 
 HYBRIDS = ["bamba", "nemotron_h", "falcon_h1", "zamba2", "jamba", "zamba"]
 TOL = tolerance(torch.float32)
-
-
-def _executorch_missing() -> str | None:
-    try:
-        import executorch.exir
-        import executorch.runtime  # noqa: F401
-    except ImportError as e:
-        return f"executorch not importable here ({e}); pip install 'ssmscan[executorch]'"
-    return None
-
-
-needs_executorch = pytest.mark.skipif(
-    _executorch_missing() is not None, reason=str(_executorch_missing())
-)
 
 
 def _ids(length: int, seed: int = 0) -> torch.Tensor:

@@ -19,6 +19,7 @@ import textwrap
 import pytest
 import torch
 from blocks import SSDBlock, block_inputs
+from extras import needs_executorch
 from test_tensorrt import torch_tensorrt  # noqa: F401  (the fixture)
 from torch.export import Dim
 
@@ -38,15 +39,6 @@ def _onnx_missing() -> str | None:
         import onnxscript  # noqa: F401
     except ImportError as e:
         return f"needs the onnx extra ({e})"
-    return None
-
-
-def _executorch_missing() -> str | None:
-    try:
-        import executorch.exir
-        import executorch.runtime  # noqa: F401
-    except ImportError as e:
-        return f"executorch not importable here ({e}); pip install 'ssmscan[executorch]'"
     return None
 
 
@@ -163,7 +155,7 @@ def test_aoti_artifact_runs_in_a_fresh_process_without_ssmscan(ssd_artifact, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_executorch_missing() is not None, reason=str(_executorch_missing()))
+@needs_executorch
 def test_executorch_artifact_runs_in_a_fresh_process_without_ssmscan(ssd_artifact, tmp_path):
     _check_fresh("executorch", ssd_artifact, tmp_path)
     assert ssd_artifact("executorch").report.realization == "loop"
