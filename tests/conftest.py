@@ -5,11 +5,14 @@ it is set here, at collection, before the test modules import the kernel modules
 with CUDA the variable is left alone: the ``gpu`` tests need compiled kernels.
 
 Also the shim for Triton's interpreter under NumPy >= 2.4
-(``ssmscan.testing.triton_interpreter``).
+(``ssmscan.testing.triton_interpreter``), and the ``torch_tensorrt`` fixture of the TensorRT tests.
 """
 
+import importlib.util
 import os
+import pathlib
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
@@ -18,3 +21,27 @@ if not torch.cuda.is_available():
     from ssmscan.testing.triton_interpreter import patch_triton_interpreter_for_numpy2
 
     patch_triton_interpreter_for_numpy2()
+
+
+SHIM = pathlib.Path(__file__).parents[1] / "tools" / "trt_shim.py"
+
+
+@pytest.fixture(scope="module")
+def torch_tensorrt():
+    """torch_tensorrt as installed; through tools/trt_shim.py where TensorRT's libraries are absent."""
+    try:
+        import torch_tensorrt as trt
+
+        return trt
+    except ImportError as e:
+        pytest.skip(f"torch-tensorrt is not installed ({e}); pip install 'ssmscan[tensorrt]'")
+    except Exception:  # a bare Exception when libnvinfer is missing: use the stand-in
+        pass
+    spec = importlib.util.spec_from_file_location("trt_shim", SHIM)
+    assert spec is not None and spec.loader is not None
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    try:
+        return shim.import_torch_tensorrt()
+    except Exception as e:
+        pytest.skip(f"torch-tensorrt does not import even with tools/trt_shim.py: {e}")

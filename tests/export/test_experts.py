@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -29,7 +28,6 @@ from ssmscan.export._experts import (
 from ssmscan.testing import rel_error, tolerance
 
 TOL = tolerance(torch.float32)
-SHIM = pathlib.Path(__file__).parents[2] / "tools" / "trt_shim.py"
 HIDDEN = 32  # the tiny GraniteMoeHybrid config's hidden size
 
 
@@ -333,27 +331,6 @@ def test_moe_block_lowered_for_tensorrt_holds_only_converted_ops():
     readiness = check_tensorrt_ready(ep)
     assert readiness.ready, readiness
     _check(lambda _: ep.module()(x), block, [x])
-
-
-@pytest.fixture(scope="module")
-def torch_tensorrt():
-    """torch_tensorrt as installed; through tools/trt_shim.py where TensorRT's libraries are absent."""
-    try:
-        import torch_tensorrt as trt
-
-        return trt
-    except ImportError as e:
-        pytest.skip(f"torch-tensorrt is not installed ({e}); pip install 'ssmscan[tensorrt]'")
-    except Exception:  # a bare Exception when libnvinfer is missing: use the stand-in
-        pass
-    spec = importlib.util.spec_from_file_location("trt_shim", SHIM)
-    assert spec is not None and spec.loader is not None
-    shim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shim)
-    try:
-        return shim.import_torch_tensorrt()
-    except Exception as e:
-        pytest.skip(f"torch-tensorrt does not import even with tools/trt_shim.py: {e}")
 
 
 @needs_transformers

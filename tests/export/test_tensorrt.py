@@ -9,9 +9,6 @@ placeholder ``tensorrt`` packages), so ``torch_tensorrt`` is imported through
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -30,8 +27,6 @@ from ssmscan.export.tensorrt import (
 from ssmscan.models import build_model
 from ssmscan.passes import check_tensorrt_ready
 from ssmscan.testing import assert_close_to_reference
-
-SHIM = pathlib.Path(__file__).parents[2] / "tools" / "trt_shim.py"
 
 
 class MambaStyleBlock(torch.nn.Module):
@@ -90,27 +85,6 @@ def _check_against_eager(outputs, model, inputs):
     assert len(outputs) == len(expected)
     for i, (got, ref) in enumerate(zip(outputs, expected, strict=True)):
         assert_close_to_reference(f"output {i}", got, ref, torch.float32)
-
-
-@pytest.fixture(scope="module")
-def torch_tensorrt():
-    """torch_tensorrt as installed; through tools/trt_shim.py where TensorRT's libraries are absent."""
-    try:
-        import torch_tensorrt as trt
-
-        return trt
-    except ImportError as e:
-        pytest.skip(f"torch-tensorrt is not installed ({e}); pip install 'ssmscan[tensorrt]'")
-    except Exception:  # a bare Exception when libnvinfer is missing: use the stand-in
-        pass
-    spec = importlib.util.spec_from_file_location("trt_shim", SHIM)
-    assert spec is not None and spec.loader is not None
-    shim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shim)
-    try:
-        return shim.import_torch_tensorrt()
-    except Exception as e:
-        pytest.skip(f"torch-tensorrt does not import even with tools/trt_shim.py: {e}")
 
 
 # ---------------------------------------------------------------------------------------------

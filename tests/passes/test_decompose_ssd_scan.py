@@ -6,9 +6,6 @@ partitioner)."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 import torch
 from torch._higher_order_ops.scan import scan_op
@@ -31,7 +28,6 @@ from ssmscan.testing import assert_close_to_reference
 NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx")
 PER_STEP = {"x", "dt", "B", "C", "z", "seq_idx"}
 BANNED = ("ones_like", "zeros_like", "empty_like", "full_like", "new_")
-SHIM = pathlib.Path(__file__).parents[2] / "tools" / "trt_shim.py"
 
 
 class Block(torch.nn.Module):
@@ -265,27 +261,6 @@ def test_onnx_runs_both_realizations(tmp_path):
         args = _inputs(L, seed=L)
         got = [torch.from_numpy(g) for g in session.run(None, _feeds(session, args))]
         _check_numerics(got, args)
-
-
-@pytest.fixture(scope="module")
-def torch_tensorrt():
-    """torch_tensorrt as installed; through tools/trt_shim.py where TensorRT's libraries are absent."""
-    try:
-        import torch_tensorrt as trt
-
-        return trt
-    except ImportError as e:
-        pytest.skip(f"torch-tensorrt is not installed ({e}); pip install 'ssmscan[tensorrt]'")
-    except Exception:  # a bare Exception when libnvinfer is missing: use the stand-in
-        pass
-    spec = importlib.util.spec_from_file_location("trt_shim", SHIM)
-    assert spec is not None and spec.loader is not None
-    shim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shim)
-    try:
-        return shim.import_torch_tensorrt()
-    except Exception as e:
-        pytest.skip(f"torch-tensorrt does not import even with tools/trt_shim.py: {e}")
 
 
 @pytest.mark.tensorrt
