@@ -20,7 +20,6 @@ import pytest
 import torch
 from blocks import SSDBlock, block_inputs
 from extras import needs_executorch
-from test_tensorrt import torch_tensorrt  # noqa: F401  (the fixture)
 from torch.export import Dim
 
 import ssmscan
@@ -189,7 +188,7 @@ def test_tensorrt_graph_at_a_static_length_holds_only_registry_ops(L):
 
 
 @pytest.mark.tensorrt
-def test_tensorrt_dry_run_puts_every_op_in_one_engine(torch_tensorrt):  # noqa: F811
+def test_tensorrt_dry_run_puts_every_op_in_one_engine(torch_tensorrt):
     model, x = SSDBlock().eval(), block_inputs(37)
     result = tensorrt_dry_run(model, (x,))
     assert result.all_in_tensorrt, (result.unsupported, result.engines, result.torch_blocks)
