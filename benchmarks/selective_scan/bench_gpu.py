@@ -13,6 +13,7 @@ added).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -69,12 +70,11 @@ def set_target_warps(w: int) -> None:
     split L (forward and backward) whenever the launch has fewer than w warps, aiming at w."""
     pol = _CHOICE["policy"]
     if w < 0:
-        new = Policy(**{**pol.__dict__, "warps_per_sm": 16, "fwd_warps_per_sm": 64,
-                        "split_below_warps": 512})  # fmt: skip
+        new = dataclasses.replace(pol, warps_per_sm=16, fwd_warps_per_sm=64, split_below_warps=512)
     else:
         per_sm = max(1, w // 132)
-        new = Policy(**{**pol.__dict__, "warps_per_sm": per_sm, "fwd_warps_per_sm": per_sm,
-                        "split_below_warps": w})  # fmt: skip
+        new = dataclasses.replace(pol, warps_per_sm=per_sm, fwd_warps_per_sm=per_sm,
+                                  split_below_warps=w)  # fmt: skip
     _CHOICE["policy"] = new
     _forget_recorded_launches()
 
@@ -93,11 +93,11 @@ def set_variant(spec: str) -> None:
     base = Policy()
     fold = 0 if "carrykernel" in opts else 1 << 30 if "foldall" in opts else base.fold_max_segments
     pol = _CHOICE["policy"]
-    _CHOICE["policy"] = Policy(**{
-        **pol.__dict__, "states_maxnreg": cap.get("s", base.states_maxnreg),
-        "fwd_warps": cap.get("w", base.fwd_warps), "fold_max_segments": fold,
-        "two_channels": "1ch" not in opts, "rows16": "always" if "rows16" in opts else "where_fit",
-    })  # fmt: skip
+    _CHOICE["policy"] = dataclasses.replace(
+        pol, states_maxnreg=cap.get("s", base.states_maxnreg),
+        fwd_warps=cap.get("w", base.fwd_warps), fold_max_segments=fold,
+        two_channels="1ch" not in opts, rows16="always" if "rows16" in opts else "where_fit",
+    )  # fmt: skip
     _forget_recorded_launches()
 
 
