@@ -32,7 +32,11 @@ def bench():
 
 @pytest.mark.parametrize(
     "bwd, fwd, target",
-    [("lane", "lane", -1), ("split-s0-w4-1ch", "tile", 4096), ("lane-carrykernel-rows16", "lane", 0)],
+    [
+        ("lane", "lane", -1),
+        ("split-s0-w4-1ch", "tile", 4096),
+        ("lane-carrykernel-rows16", "lane", 0),
+    ],
 )
 def test_variant_settings(bench, bwd, fwd, target):
     bench.set_variant(bwd)
