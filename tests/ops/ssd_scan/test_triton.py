@@ -81,13 +81,29 @@ def _run_launchers(kw, dt_limit, dout, dfinal, plan):
     return out, final, dict(zip(names, [dx, ddt, dA, dB, dC, *optional]))
 
 
+def _forward(kw, dt_limit, plan):
+    from ssmscan.ops.ssd_scan import triton_fwd
+
+    out, final = empty_forward_outputs(kw["x"], kw["B"])
+    _poison([out, final])
+    triton_fwd.launch(*[kw.get(k) for k in ARGS], kw["dt_softplus"], float(dt_limit[0]),
+                      float(dt_limit[1]), out, final, plan=plan)  # fmt: skip
+    return out, final
+
+
 def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
+    """Both forwards (walking, at the plan's chunk, and three-launch), the backward, against
+    float64."""
     dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
-    out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, plan)
+    walking = plan and dataclasses.replace(plan, walk_min_programs=1, walk_chunk=plan.chunk)
+    out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, walking)
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
     assert out.dtype == kw["x"].dtype and final.dtype == state_dtype(kw["x"].dtype)
     assert_close_to_reference("out", out, r_out, dtype)
     assert_close_to_reference("final_states", final, r_final, dtype)
+    out3, final3 = _forward(kw, dt_limit, plan and dataclasses.replace(plan, walk_min_programs=0))
+    assert_close_to_reference("out (three launches)", out3, r_out, dtype)
+    assert_close_to_reference("final_states (three launches)", final3, r_final, dtype)
     assert set(grads) == set(r_grads)
     for k, g in grads.items():
         assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, k
@@ -154,9 +170,9 @@ def test_triton_interpreter_blocks(ssd_inputs):
     """headdim and dstate over several blocks (the loops over headdim and dstate blocks, partial
     last blocks), 3 heads a group."""
     kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3, **FULL)
-    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, state_block_p=16, state_block_n=16,
-        out_block_p=16, block_p=16, block_n=16,
-                               pass_block=256)  # fmt: skip
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, state_block_p=16,
+                               state_block_n=16, out_block_p=16, block_p=16, block_n=16,
+                               pass_block=256, walk_block_p=16)  # fmt: skip
     _check(kw, (0.0, INF), True, plan, torch.float32, 21)
 
 

@@ -51,6 +51,12 @@ class SSDPlan:
             L = 64..300, interpreter) and the forward's output to 1.3e-2.
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
+        walk_min_programs: the forward walks (``triton_fwd_walk``, one launch, the state on
+            chip) when it has at least this many programs (batch x heads x headdim blocks);
+            fewer, the three-launch forward, whose chunks run in parallel. 0: never walks.
+        walk_chunk, walk_block_p, walk_block_n: the walking forward's chunk, headdim block and
+            dstate block (the whole padded dstate: the state row stays on chip).
+        warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -73,6 +79,12 @@ class SSDPlan:
     stages: int
     f32_dot: bool = True
     emulate: bool = False
+    walk_min_programs: int = 0
+    walk_chunk: int = 64
+    walk_block_p: int = 64
+    walk_block_n: int = 128
+    warps_walk: int = 8
+    walk_stages: int = 2
 
 
 def _pad(n: int) -> int:
@@ -143,6 +155,13 @@ def _plan_ssd(
         stages=2,
         f32_dot=True,
         emulate=not facts.compiled,
+        # a walk's chunks run in turn: it pays where its programs fill every multiprocessor
+        walk_min_programs=facts.sm_count if facts.compiled else 1,
+        walk_chunk=chunk,
+        walk_block_p=min(pp, 64 if np_ <= 128 else 32),
+        walk_block_n=np_,
+        warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,
+        walk_stages=2,
     )
 
 

@@ -1,0 +1,180 @@
+"""The walking SSD forward: one launch, the state on chip (CUDA), chosen by the plan where batch x
+heads fill the GPU.
+
+Note [SSD Triton walking forward]: one program per (batch x head, headdim block) walks its
+sequence chunk by chunk, holding the (headdim block, dstate) float32 state in registers. For
+chunk c, with the time steps ``dt``, ``cs = cumsum(dt A)`` and the pair decays of
+Note [SSD Triton forward] (each the exponential of a sum of its own increments):
+
+    y   = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x,     out = y silu(z)
+    S  <- exp(cs_last) S + (e ∘ dt x)ᵀ B,                     e_j = exp(sum_{k>j} dt_k A)
+
+with the same segment masks (``seq_idx``) as the three-launch forward. Nothing but the inputs,
+the output and the final state crosses memory: the three-launch forward writes, passes and reads
+a float32 (headdim, dstate) state per chunk and head, which at mamba2-2.7b's size is 2.7 of its
+3.35 GB of traffic. The price is parallelism: the chunks of a sequence run in turn, so the
+launch has only batch x heads x headdim blocks programs, and the planner
+(``plan.walk_min_programs``) keeps the three-launch forward where that is too few (one long
+sequence of few heads). The float32 operands of the matmuls follow the plan as in the
+three-launch forward, except C Bᵀ: products of the inputs themselves, exact in x's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.ssd_scan.plan import SSDPlan
+from ssmscan.ops.ssd_scan.triton_fwd import (
+    _dot,
+    _last,
+    _pair_decay,
+    _pair_log_decays,
+    _time_step,
+    precision,
+)
+
+
+@triton.jit
+def _ssd_scan_fwd_walk_kernel(
+    x,  # (batch, L, nheads, headdim)
+    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
+    Dv,  # (nheads, headdim) or (nheads,) skip (HAS_D)
+    dt,  # (batch, L, nheads) raw time step
+    dt_bias,  # (nheads,) (HAS_BIAS)
+    A,  # (nheads,)
+    B,  # (batch, L, ngroups, dstate)
+    C,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
+    out,  # (batch, L, nheads, headdim) output, x's dtype
+    final,  # (batch, nheads, headdim, dstate) float32 output
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    dt_min,  # clamp of the time step (HAS_MIN)
+    dt_max,  # (HAS_MAX)
+    SOFTPLUS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr,
+    HAS_D: tl.constexpr,
+    D_PER_HEAD: tl.constexpr,  # D is (nheads,)
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
+    PRECISION: tl.constexpr,
+    F32_DOT: tl.constexpr,  # derived matmul operands in float32 (at PRECISION); else x's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
+):
+    """Note [SSD Triton walking forward]."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_p = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = x.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    m_pn = m_p[:, None] & m_n[None, :]
+    o_st = i_bh * P * N + o_p[:, None] * N + o_n[None, :]
+    if HAS_INIT:
+        b_S = tl.load(init + o_st, mask=m_pn, other=0.0).to(tl.float32)
+    else:
+        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    a = tl.load(A + i_h).to(tl.float32)
+    if HAS_D:
+        if D_PER_HEAD:
+            b_D = tl.load(Dv + i_h + 0 * o_p).to(tl.float32)
+        else:
+            b_D = tl.load(Dv + i_h * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+    s_prev = tl.full((), 0, tl.int64)
+    for c in range(0, tl.cdiv(L, CHUNK)):
+        o_t = c * CHUNK + o_i
+        m_t = o_t < L
+        p_dt = dt + (i_b * L + o_t) * H + i_h
+        b_d = _time_step(p_dt, m_t, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN,
+                         HAS_MAX)  # fmt: skip
+        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
+        b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
+                          HAS_MIN, HAS_MAX)  # fmt: skip
+        b_cs = tl.cumsum(b_d * a, 0)
+        b_w = tl.exp(b_cs)  # decay from the chunk's start through step i
+        b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))  # dt_j, decayed to the end
+        b_k = tl.exp(_last(b_cs, CHUNK))  # the whole chunk's decay
+        b_s = o_i  # unused without segments
+        if HAS_SEG:
+            b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
+            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+            b_w = tl.where(b_s == s_prev, b_w, 0.0)
+            b_e = tl.where(b_s == s_last, b_e, 0.0)
+            b_k = tl.where(s_last == s_prev, b_k, 0.0)
+            s_prev = s_last
+        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        m_bc = m_t[:, None] & m_n[None, :]
+        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0)
+        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0)
+        o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+        m_x = m_t[:, None] & m_p[None, :]
+        b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
+        # C Bᵀ from the inputs as they are (exact products), the decays after
+        b_cb = _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+        b_M = (b_cb * _pair_decay(_pair_log_decays(b_d, a, CHUNK), b_s, CHUNK, HAS_SEG)).to(DOT)
+        b_Cd = b_C.to(DOT)
+        b_y = _dot(b_M, (b_x * b_d[:, None]).to(DOT), PRECISION, EMULATE)
+        b_y += b_w[:, None] * _dot(b_Cd, tl.trans(b_S.to(DOT)), PRECISION, EMULATE)
+        if HAS_D:
+            b_y += b_D[None, :] * b_x
+        if HAS_Z:
+            b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+            b_y = b_y * b_z * tl.sigmoid(b_z)
+        tl.store(out + o_x, b_y.to(out.dtype.element_ty), mask=m_x)
+        b_xe = tl.trans(b_x * b_e[:, None]).to(DOT)  # (BLOCK_P, CHUNK)
+        b_S = b_k * b_S + _dot(b_xe, b_B.to(DOT), PRECISION, EMULATE)
+    tl.store(final + o_st, b_S, mask=m_pn)
+
+
+def launch(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    init: torch.Tensor | None,
+    seg: torch.Tensor | None,
+    dt_opts: dict,
+    out: torch.Tensor,
+    final_states: torch.Tensor,
+    plan: SSDPlan,
+) -> None:
+    """Launch ``_ssd_scan_fwd_walk_kernel`` on contiguous operands (``seg``: segment ids or
+    None; ``dt_opts``: ``triton_fwd.dt_flags``) into ``out`` and ``final_states``."""
+    batch, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    f32_dot = plan.f32_dot and x.dtype != torch.float32
+    grid = (batch * H, cdiv(P, plan.walk_block_p))
+    launcher(_ssd_scan_fwd_walk_kernel)[grid](
+        x, z, D, dt, dt_bias, A, B, C, seg, init, out, final_states, L, H, P, G, N, **dt_opts,
+        HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
+        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=plan.walk_chunk,
+        BLOCK_P=plan.walk_block_p, BLOCK_N=plan.walk_block_n, PRECISION=precision(plan, x.dtype),
+        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_walk,
+        num_stages=plan.walk_stages,
+    )  # fmt: skip
