@@ -19,7 +19,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 import torch
 
-from ssmscan.ops.ssd_scan import triton_bwd, triton_fwd
+from ssmscan.ops.ssd_scan import triton_bwd, triton_fwd, triton_fwd_walk
 from ssmscan.ops.ssd_scan.plan import H200, plan_ssd
 from ssmscan.testing.triton_sm90 import SM90
 
@@ -103,6 +103,18 @@ def main() -> None:
                             **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
+                            dt=f"*{t}", dt_bias="*fp32" if flags else None, A="*fp32", B=f"*{t}",
+                            C=f"*{t}", seg="*i64" if flags else None,
+                            init="*fp32" if flags else None, out=f"*{t}", final="*fp32",
+                            **sizes, SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags,
+                            HAS_MAX=flags, HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags,
+                            HAS_SEG=flags, HAS_INIT=flags, **dict(common, CHUNK=plan.walk_chunk,
+                            BLOCK_P=plan.walk_block_p, BLOCK_N=plan.walk_block_n))  # fmt: skip
+                if plan.walk_min_programs > 0:  # the planner's walking dtypes
+                    _check(f"walk {t} f32_dot={f32_dot} flags={flags}",
+                           triton_fwd_walk._ssd_scan_fwd_walk_kernel, vals, plan.warps_walk,
+                           plan.walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
                             dt_bias="*fp32" if flags else None, A="*fp32",
                             Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",

@@ -155,13 +155,19 @@ def _plan_ssd(
         stages=2,
         f32_dot=True,
         emulate=not facts.compiled,
-        # a walk's chunks run in turn: it pays where its programs fill every multiprocessor
-        walk_min_programs=facts.sm_count if facts.compiled else 1,
-        walk_chunk=chunk,
+        # a walk's chunks run in turn: it pays where its programs fill every multiprocessor.
+        # float32's 3xTF32 operands spill in every walking tile tried (0.15-10 KB a thread,
+        # sm_90, chunk 16-64, headdim blocks 16-64, 4-16 warps): float32 does not walk
+        walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
+        if facts.compiled
+        else 1,
+        # one stage, chunk 32 for (64, 128) states: no spills at 8 warps (223 registers; chunk
+        # 64 spills 1.0-1.9 KB, two stages 56 B); chunk 16 for (32, 256) ones (chunk 32: 284 B)
+        walk_chunk=32 if np_ <= 128 else 16,
         walk_block_p=min(pp, 64 if np_ <= 128 else 32),
         walk_block_n=np_,
         warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,
-        walk_stages=2,
+        walk_stages=1,
     )
 
 

@@ -16,7 +16,10 @@ a float32 (headdim, dstate) state per chunk and head, which at mamba2-2.7b's siz
 launch has only batch x heads x headdim blocks programs, and the planner
 (``plan.walk_min_programs``) keeps the three-launch forward where that is too few (one long
 sequence of few heads). The float32 operands of the matmuls follow the plan as in the
-three-launch forward, except C Bᵀ: products of the inputs themselves, exact in x's dtype.
+three-launch forward, except C Bᵀ: products of the inputs themselves, exact in x's dtype. The
+registers bound the tiles: the plan's chunk is 32 (16 for dstate above 128), one stage, and
+float32 inputs (3xTF32 operands, which spill in every tile tried) do not walk
+(``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
 """
 
 from __future__ import annotations
