@@ -273,6 +273,30 @@ def test_gpu_op(L, dt, ssd_inputs):
 
 @pytest.mark.gpu
 @_CUDA
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+@pytest.mark.parametrize("L", [63, 1000])
+def test_gpu_op_walking(L, dt, ssd_inputs):
+    """Enough heads to fill the device: the planner's walking forward (Note [SSD Triton walking
+    forward]) with every option, against float64."""
+    from ssmscan.ops.common.device import device_facts
+    from ssmscan.ops.ssd_scan.triton_fwd import walks
+
+    nheads = 2 * -(-device_facts(torch.device("cuda")).sm_count // 4)  # 2 x nheads fill it
+    kw = ssd_inputs(batch=2, L=L, nheads=nheads, headdim=64, ngroups=2, dstate=128,
+                    dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
+    on_gpu = _cuda(kw)
+    assert walks(2, nheads, 64, plan_for(on_gpu["x"], on_gpu["B"]))
+    dout, dfinal = _dout_dfinal(kw, L, True)
+    out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal)
+    assert_close_to_reference("out", out, r_out, DTYPES[dt])
+    assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
+    for k, g in grads.items():
+        assert_close_to_reference(f"d{k}", g, r_grads[k], DTYPES[dt])
+
+
+@pytest.mark.gpu
+@_CUDA
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
     """torch.compile(fullgraph=True) with Inductor traces into the kernels (wrap_triton) and
