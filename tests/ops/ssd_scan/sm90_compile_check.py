@@ -19,7 +19,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 import torch
 
-from ssmscan.ops.ssd_scan import triton_bwd, triton_fwd, triton_fwd_walk
+from ssmscan.ops.ssd_scan import triton_bwd, triton_fwd, triton_walk
 from ssmscan.ops.ssd_scan.plan import H200, plan_ssd
 from ssmscan.testing.triton_sm90 import SM90
 
@@ -111,9 +111,34 @@ def main() -> None:
                             HAS_MAX=flags, HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags,
                             HAS_SEG=flags, HAS_INIT=flags, **dict(common, CHUNK=plan.walk_chunk,
                             BLOCK_P=plan.walk_block_p, BLOCK_N=plan.walk_block_n))  # fmt: skip
+                if plan.walk_min_programs > 0 and not flags:  # the backward's, once a dtype
+                    walk_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
+                                      BLOCK_N=plan.walk_block_n)  # fmt: skip
+                    for all_flags in (True, False):
+                        vals_s = dict(x=f"*{t}", dt=f"*{t}",
+                                      dt_bias="*fp32" if all_flags else None, A="*fp32",
+                                      B=f"*{t}", seg="*i64" if all_flags else None,
+                                      init="*fp32" if all_flags else None, dtp="*fp32",
+                                      cs="*fp32", states="*fp32", final="*fp32", **sizes,
+                                      SOFTPLUS=all_flags, HAS_BIAS=all_flags, HAS_MIN=all_flags,
+                                      HAS_MAX=all_flags, HAS_SEG=all_flags, HAS_INIT=all_flags,
+                                      **dict(common, **walk_tiles))  # fmt: skip
+                        _check(f"states walk {t} f32_dot={f32_dot} flags={all_flags}",
+                               triton_walk._ssd_scan_states_walk_kernel, vals_s, plan.warps_walk,
+                               1)  # fmt: skip
+                        vals_d = dict(dout=f"*{t}", z=f"*{t}" if all_flags else None, C=f"*{t}",
+                                      seg="*i64" if all_flags else None, cs="*fp32",
+                                      states="*fp32", dfinal="*fp32" if all_flags else None,
+                                      dinit=f"*{t}" if all_flags else None, dstates="*fp32",
+                                      dk="*fp32", **sizes, HAS_Z=all_flags, HAS_SEG=all_flags,
+                                      HAS_DFINAL=all_flags, HAS_INIT=all_flags,
+                                      **dict(common, **walk_tiles))  # fmt: skip
+                        _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags}",
+                               triton_walk._ssd_scan_dstates_walk_kernel, vals_d, plan.warps_walk,
+                               1)  # fmt: skip
                 if plan.walk_min_programs > 0:  # the planner's walking dtypes
                     _check(f"walk {t} f32_dot={f32_dot} flags={flags}",
-                           triton_fwd_walk._ssd_scan_fwd_walk_kernel, vals, plan.warps_walk,
+                           triton_walk._ssd_scan_fwd_walk_kernel, vals, plan.warps_walk,
                            plan.walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
                             dt_bias="*fp32" if flags else None, A="*fp32",

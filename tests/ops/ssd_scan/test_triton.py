@@ -81,33 +81,26 @@ def _run_launchers(kw, dt_limit, dout, dfinal, plan):
     return out, final, dict(zip(names, [dx, ddt, dA, dB, dC, *optional]))
 
 
-def _forward(kw, dt_limit, plan):
-    from ssmscan.ops.ssd_scan import triton_fwd
-
-    out, final = empty_forward_outputs(kw["x"], kw["B"])
-    _poison([out, final])
-    triton_fwd.launch(*[kw.get(k) for k in ARGS], kw["dt_softplus"], float(dt_limit[0]),
-                      float(dt_limit[1]), out, final, plan=plan)  # fmt: skip
-    return out, final
-
-
 def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
-    """Both forwards (walking, at the plan's chunk, and three-launch), the backward, against
-    float64."""
+    """Both kernel families, walking (at the plan's chunk) and three-launch, forward and
+    backward, against float64."""
     dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
-    walking = plan and dataclasses.replace(plan, walk_min_programs=1, walk_chunk=plan.chunk)
-    out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, walking)
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
-    assert out.dtype == kw["x"].dtype and final.dtype == state_dtype(kw["x"].dtype)
-    assert_close_to_reference("out", out, r_out, dtype)
-    assert_close_to_reference("final_states", final, r_final, dtype)
-    out3, final3 = _forward(kw, dt_limit, plan and dataclasses.replace(plan, walk_min_programs=0))
-    assert_close_to_reference("out (three launches)", out3, r_out, dtype)
-    assert_close_to_reference("final_states (three launches)", final3, r_final, dtype)
-    assert set(grads) == set(r_grads)
-    for k, g in grads.items():
-        assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, k
-        assert_close_to_reference(f"d{k}", g, r_grads[k], dtype)
+    plans = {"walking": plan, "three-launch": plan}
+    if plan is not None:
+        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, walk_chunk=plan.chunk),
+                 "three-launch": dataclasses.replace(plan, walk_min_programs=0)}  # fmt: skip
+    for family, p in plans.items():
+        out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, p)
+        assert out.dtype == kw["x"].dtype and final.dtype == state_dtype(kw["x"].dtype)
+        assert_close_to_reference(f"out ({family})", out, r_out, dtype)
+        assert_close_to_reference(f"final_states ({family})", final, r_final, dtype)
+        assert set(grads) == set(r_grads)
+        for k, g in grads.items():
+            assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, k
+            assert_close_to_reference(f"d{k} ({family})", g, r_grads[k], dtype)
+        if plan is None:  # float64: the CPU kernel, one family
+            break
 
 
 # (L, ngroups, options, dt_limit, dfinal given, chunk: None = the planner's (64))

@@ -51,12 +51,16 @@ class SSDPlan:
             L = 64..300, interpreter) and the forward's output to 1.3e-2.
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
-        walk_min_programs: the forward walks (``triton_fwd_walk``, one launch, the state on
-            chip) when it has at least this many programs (batch x heads x headdim blocks);
-            fewer, the three-launch forward, whose chunks run in parallel. 0: never walks.
-        walk_chunk, walk_block_p, walk_block_n: the walking forward's chunk, headdim block and
-            dstate block (the whole padded dstate: the state row stays on chip).
-        warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
+        walk_min_programs: the kernels walk (``triton_walk``: the forward in one launch,
+            the backward's chunk states and their gradients in one launch each, the state on
+            chip) when they have at least this many programs (batch x heads x headdim blocks);
+            fewer, the three-launch forward and the backward's state passing, whose chunks run
+            in parallel. 0: never walks.
+        walk_chunk: the walking forward's chunk (the backward's walks use ``chunk``: its
+            other kernels read their states per chunk).
+        walk_block_p, walk_block_n: the walks' headdim block and dstate block (the whole
+            padded dstate: the state row stays on chip).
+        warps_walk, walk_stages: their ``num_warps`` and ``num_stages``.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk

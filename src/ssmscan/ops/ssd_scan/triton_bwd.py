@@ -46,6 +46,7 @@ import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv, next_pow2
 from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.ssd_scan import triton_walk
 from ssmscan.ops.ssd_scan.common import segment_ids
 from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
 from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
@@ -60,6 +61,7 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     dt_flags,
     precision,
     recompute_states,
+    walks,
 )
 
 
@@ -456,19 +458,28 @@ def launch(
     f32, dev = torch.float32, x.device
     final = torch.empty((batch, H, P, N), dtype=f32, device=dev)
     f32_dot = plan.f32_dot and x.dtype != f32
-    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan,
-                                       f32_dot)  # fmt: skip
-    NC = states.shape[1]
     Q = plan.chunk
-    dstates = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
-    chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan, f32_dot)
-    nblk = cdiv(int(P) * int(N), plan.pass_block)  # ints: the planner specialized P and N
-    dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
-    launcher(_ssd_scan_bwd_pass_kernel)[(batch * H, nblk)](
-        dstates, states, dfinal, grads.get("initial_states"), dk, cs, seg, L, H, P * N, NC, nblk,
-        HAS_DFINAL=dfinal is not None, HAS_INIT=init is not None, HAS_SEG=seg is not None,
-        CHUNK=Q, BLOCK=plan.pass_block, num_warps=plan.warps_pass,
-    )  # fmt: skip
+    NC = cdiv(L, Q)
+    if walks(batch, H, P, plan):  # Note [SSD Triton walking backward]
+        dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts,
+                                                    plan, f32_dot)  # fmt: skip
+        nblk = triton_walk.headdim_blocks(int(P), plan)
+        dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
+        dstates = triton_walk.launch_dstates(dout, z, C, seg, cs, states, dfinal,
+                                             grads.get("initial_states"), dk, plan, f32_dot)  # fmt: skip
+    else:
+        dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan,
+                                           f32_dot)  # fmt: skip
+        dstates = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
+        chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan,
+                     f32_dot)  # fmt: skip
+        nblk = cdiv(int(P) * int(N), plan.pass_block)  # ints: the planner specialized P and N
+        dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
+        launcher(_ssd_scan_bwd_pass_kernel)[(batch * H, nblk)](
+            dstates, states, dfinal, grads.get("initial_states"), dk, cs, seg, L, H, P * N, NC,
+            nblk, HAS_DFINAL=dfinal is not None, HAS_INIT=init is not None,
+            HAS_SEG=seg is not None, CHUNK=Q, BLOCK=plan.pass_block, num_warps=plan.warps_pass,
+        )  # fmt: skip
     ddt32 = torch.empty((batch, L, H), dtype=f32, device=dev)
     dD = torch.empty((batch, NC, H, P), dtype=f32, device=dev) if D is not None else None
     dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)

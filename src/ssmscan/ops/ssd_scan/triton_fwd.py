@@ -525,9 +525,9 @@ def launch(
     init = _contiguous(initial_states)
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     if walks(batch, H, P, plan):
-        from ssmscan.ops.ssd_scan import triton_fwd_walk
+        from ssmscan.ops.ssd_scan import triton_walk
 
-        triton_fwd_walk.launch(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out, final_states,
+        triton_walk.launch_forward(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out, final_states,
                                plan)  # fmt: skip
         return
     f32_dot = plan.f32_dot and x.dtype != torch.float32
@@ -545,8 +545,8 @@ def launch(
 
 
 def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
-    """The forward walks (Note [SSD Triton walking forward]): the plan allows it and the launch
-    has at least ``plan.walk_min_programs`` programs. A symbolic batch (``torch.compile`` with
+    """The kernels walk (Notes [SSD Triton walking forward] and [SSD Triton walking backward]):
+    the plan allows it and a walk has at least ``plan.walk_min_programs`` programs. A symbolic batch (``torch.compile`` with
     dynamic sizes) walks only where every batch it stands for does."""
     if plan.walk_min_programs <= 0:
         return False

@@ -1,0 +1,440 @@
+"""The walking SSD kernels (CUDA): one program per sequence, head and headdim block walks the
+chunks in turn with its state on chip, chosen by the plan where batch x heads fill the GPU. The
+forward in one launch; for the backward, its chunk states and their gradients.
+
+Note [SSD Triton walking forward]: one program per (batch x head, headdim block) walks its
+sequence chunk by chunk, holding the (headdim block, dstate) float32 state in registers. For
+chunk c, with the time steps ``dt``, ``cs = cumsum(dt A)`` and the pair decays of
+Note [SSD Triton forward] (each the exponential of a sum of its own increments):
+
+    y   = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x,     out = y silu(z)
+    S  <- exp(cs_last) S + (e ∘ dt x)ᵀ B,                     e_j = exp(sum_{k>j} dt_k A)
+
+with the same segment masks (``seq_idx``) as the three-launch forward. Nothing but the inputs,
+the output and the final state crosses memory: the three-launch forward writes, passes and reads
+a float32 (headdim, dstate) state per chunk and head, which at mamba2-2.7b's size is 2.7 of its
+3.35 GB of traffic. The price is parallelism: the chunks of a sequence run in turn, so the
+launch has only batch x heads x headdim blocks programs, and the planner
+(``plan.walk_min_programs``) keeps the three-launch forward where that is too few (one long
+sequence of few heads). The float32 operands of the matmuls follow the plan as in the
+three-launch forward, except C Bᵀ: products of the inputs themselves, exact in x's dtype. The
+registers bound the tiles: the plan's chunk is 32 (16 for dstate above 128), one stage, and
+float32 inputs (3xTF32 operands, which spill in every tile tried) do not walk
+(``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
+
+Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
+walk, at the backward's chunk (``plan.chunk``: its other kernels read them per chunk), one
+launch each instead of two:
+
+* ``_ssd_scan_states_walk_kernel`` writes what ``triton_fwd.recompute_states`` writes (the time
+  steps, the log-decays ``cs`` within each chunk, the state entering each chunk, the final
+  state), keeping S on chip: no chunk's own state is written, read and rewritten by a pass.
+* ``_ssd_scan_dstates_walk_kernel`` walks backwards from ``dS = dfinal``: it writes
+  ``dS_{c+1}`` for chunk c, the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c`` (one a headdim
+  block), then ``dS <- k_c dS + sum_j w_j g_j C_jᵀ`` (``g = dout silu(z)``, ``w_j = exp(cs_j)``
+  masked to the sequence entering the chunk), and ``dinitial_states = dS_0``: Note [SSD Triton
+  backward]'s steps 2 and 3 without the read-out gradients' round trip through memory.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.ssd_scan.plan import SSDPlan
+from ssmscan.ops.ssd_scan.triton_fwd import (
+    _dot,
+    _last,
+    _pair_decay,
+    _pair_log_decays,
+    _time_step,
+    precision,
+)
+
+# --- the forward ----------------------------------------------------------------------------------
+
+
+@triton.jit
+def _ssd_scan_fwd_walk_kernel(
+    x,  # (batch, L, nheads, headdim)
+    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
+    Dv,  # (nheads, headdim) or (nheads,) skip (HAS_D)
+    dt,  # (batch, L, nheads) raw time step
+    dt_bias,  # (nheads,) (HAS_BIAS)
+    A,  # (nheads,)
+    B,  # (batch, L, ngroups, dstate)
+    C,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
+    out,  # (batch, L, nheads, headdim) output, x's dtype
+    final,  # (batch, nheads, headdim, dstate) float32 output
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    dt_min,  # clamp of the time step (HAS_MIN)
+    dt_max,  # (HAS_MAX)
+    SOFTPLUS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr,
+    HAS_D: tl.constexpr,
+    D_PER_HEAD: tl.constexpr,  # D is (nheads,)
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
+    PRECISION: tl.constexpr,
+    F32_DOT: tl.constexpr,  # derived matmul operands in float32 (at PRECISION); else x's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
+):
+    """Note [SSD Triton walking forward]."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_p = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = x.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    m_pn = m_p[:, None] & m_n[None, :]
+    o_st = i_bh * P * N + o_p[:, None] * N + o_n[None, :]
+    if HAS_INIT:
+        b_S = tl.load(init + o_st, mask=m_pn, other=0.0).to(tl.float32)
+    else:
+        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    a = tl.load(A + i_h).to(tl.float32)
+    if HAS_D:
+        if D_PER_HEAD:
+            b_D = tl.load(Dv + i_h + 0 * o_p).to(tl.float32)
+        else:
+            b_D = tl.load(Dv + i_h * P + o_p, mask=m_p, other=0.0).to(tl.float32)
+    s_prev = tl.full((), 0, tl.int64)
+    for c in range(0, tl.cdiv(L, CHUNK)):
+        o_t = c * CHUNK + o_i
+        m_t = o_t < L
+        p_dt = dt + (i_b * L + o_t) * H + i_h
+        b_d = _time_step(p_dt, m_t, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN,
+                         HAS_MAX)  # fmt: skip
+        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
+        b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
+                          HAS_MIN, HAS_MAX)  # fmt: skip
+        b_cs = tl.cumsum(b_d * a, 0)
+        b_w = tl.exp(b_cs)  # decay from the chunk's start through step i
+        b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))  # dt_j, decayed to the end
+        b_k = tl.exp(_last(b_cs, CHUNK))  # the whole chunk's decay
+        b_s = o_i  # unused without segments
+        if HAS_SEG:
+            b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
+            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+            b_w = tl.where(b_s == s_prev, b_w, 0.0)
+            b_e = tl.where(b_s == s_last, b_e, 0.0)
+            b_k = tl.where(s_last == s_prev, b_k, 0.0)
+            s_prev = s_last
+        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        m_bc = m_t[:, None] & m_n[None, :]
+        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0)
+        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0)
+        o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+        m_x = m_t[:, None] & m_p[None, :]
+        b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
+        # C Bᵀ from the inputs as they are (exact products), the decays after
+        b_cb = _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+        b_M = (b_cb * _pair_decay(_pair_log_decays(b_d, a, CHUNK), b_s, CHUNK, HAS_SEG)).to(DOT)
+        b_Cd = b_C.to(DOT)
+        b_y = _dot(b_M, (b_x * b_d[:, None]).to(DOT), PRECISION, EMULATE)
+        b_y += b_w[:, None] * _dot(b_Cd, tl.trans(b_S.to(DOT)), PRECISION, EMULATE)
+        if HAS_D:
+            b_y += b_D[None, :] * b_x
+        if HAS_Z:
+            b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+            b_y = b_y * b_z * tl.sigmoid(b_z)
+        tl.store(out + o_x, b_y.to(out.dtype.element_ty), mask=m_x)
+        b_xe = tl.trans(b_x * b_e[:, None]).to(DOT)  # (BLOCK_P, CHUNK)
+        b_S = b_k * b_S + _dot(b_xe, b_B.to(DOT), PRECISION, EMULATE)
+    tl.store(final + o_st, b_S, mask=m_pn)
+
+
+def launch_forward(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    init: torch.Tensor | None,
+    seg: torch.Tensor | None,
+    dt_opts: dict,
+    out: torch.Tensor,
+    final_states: torch.Tensor,
+    plan: SSDPlan,
+) -> None:
+    """Launch ``_ssd_scan_fwd_walk_kernel`` on contiguous operands (``seg``: segment ids or
+    None; ``dt_opts``: ``triton_fwd.dt_flags``) into ``out`` and ``final_states``."""
+    batch, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    f32_dot = plan.f32_dot and x.dtype != torch.float32
+    grid = (batch * H, cdiv(P, plan.walk_block_p))
+    launcher(_ssd_scan_fwd_walk_kernel)[grid](
+        x, z, D, dt, dt_bias, A, B, C, seg, init, out, final_states, L, H, P, G, N, **dt_opts,
+        HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
+        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=plan.walk_chunk,
+        BLOCK_P=plan.walk_block_p, BLOCK_N=plan.walk_block_n, PRECISION=precision(plan, x.dtype),
+        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_walk,
+        num_stages=plan.walk_stages,
+    )  # fmt: skip
+
+
+# --- the backward's chunk states and their gradients ----------------------------------------------
+
+
+@triton.jit
+def _ssd_scan_states_walk_kernel(
+    x,  # (batch, L, nheads, headdim)
+    dt,  # (batch, L, nheads) raw time step
+    dt_bias,  # (nheads,) (HAS_BIAS)
+    A,  # (nheads,)
+    B,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
+    dtp,  # (batch, nheads, NC * CHUNK) fp32 time step, 0 past L: output
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk: output
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk: output
+    final,  # (batch, nheads, headdim, dstate) fp32 output
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks
+    dt_min,  # clamp of the time step (HAS_MIN)
+    dt_max,  # (HAS_MAX)
+    SOFTPLUS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
+    PRECISION: tl.constexpr,
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else x's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
+):
+    """Note [SSD Triton walking backward], the states."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_p = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = x.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    m_pn = m_p[:, None] & m_n[None, :]
+    o_pn = o_p[:, None] * N + o_n[None, :]
+    if HAS_INIT:
+        b_S = tl.load(init + i_bh * P * N + o_pn, mask=m_pn, other=0.0).to(tl.float32)
+    else:
+        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    a = tl.load(A + i_h).to(tl.float32)
+    s_prev = tl.full((), 0, tl.int64)
+    for c in range(0, NC):
+        o_t = c * CHUNK + o_i
+        m_t = o_t < L
+        p_dt = dt + (i_b * L + o_t) * H + i_h
+        b_d = _time_step(p_dt, m_t, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN,
+                         HAS_MAX)  # fmt: skip
+        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
+        b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
+                          HAS_MIN, HAS_MAX)  # fmt: skip
+        b_cs = tl.cumsum(b_d * a, 0)
+        if i_p == 0:
+            o_hq = i_bh * NC * CHUNK + c * CHUNK + o_i
+            tl.store(dtp + o_hq, b_d)
+            tl.store(cs + o_hq, b_cs)
+        b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
+        b_k = tl.exp(_last(b_cs, CHUNK))
+        if HAS_SEG:
+            b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
+            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+            b_e = tl.where(b_s == s_last, b_e, 0.0)
+            b_k = tl.where(s_last == s_prev, b_k, 0.0)
+            s_prev = s_last
+        tl.store(states + ((i_b * NC + c) * H + i_h) * P * N + o_pn, b_S, mask=m_pn)
+        o_x = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
+        b_xe = tl.load(x + o_x, mask=m_p[:, None] & m_t[None, :], other=0.0).to(tl.float32)
+        b_xe = (b_xe * b_e[None, :]).to(DOT)  # (BLOCK_P, CHUNK)
+        o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        b_B = tl.load(B + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
+        b_S = b_k * b_S + _dot(b_xe, b_B, PRECISION, EMULATE)
+    tl.store(final + i_bh * P * N + o_pn, b_S, mask=m_pn)
+
+
+@triton.jit
+def _ssd_scan_dstates_walk_kernel(
+    dout,  # (batch, L, nheads, headdim)
+    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
+    C,  # (batch, L, ngroups, dstate)
+    seg,  # (batch, L) int64 segment ids (HAS_SEG)
+    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    dfinal,  # (batch, nheads, headdim, dstate) gradient of the final state (HAS_DFINAL)
+    dinit,  # (batch, nheads, headdim, dstate) gradient of the initial state, output (HAS_INIT)
+    dstates,  # (batch, NC, nheads, headdim, dstate) fp32 output: dS_{c+1} for chunk c
+    dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of dS_{c+1} ∘ S_c, output
+    L,  # time steps
+    H,  # nheads
+    P,  # headdim
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks
+    NBLK,  # headdim blocks (the grid's second axis)
+    HAS_Z: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_DFINAL: tl.constexpr,
+    HAS_INIT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
+    PRECISION: tl.constexpr,
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else dout's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
+):
+    """Note [SSD Triton walking backward], the states' gradients."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_p = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    i_g = i_h // (H // G)
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = dout.dtype.element_ty
+    o_i = tl.arange(0, CHUNK)
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    m_pn = m_p[:, None] & m_n[None, :]
+    o_pn = o_p[:, None] * N + o_n[None, :]
+    if HAS_DFINAL:
+        b_dS = tl.load(dfinal + i_bh * P * N + o_pn, mask=m_pn, other=0.0).to(tl.float32)
+    else:
+        b_dS = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    for r in range(0, NC):
+        c = NC - 1 - r
+        o_t = c * CHUNK + o_i
+        m_t = o_t < L
+        o_st = ((i_b * NC + c) * H + i_h) * P * N + o_pn
+        tl.store(dstates + o_st, b_dS, mask=m_pn)
+        b_S = tl.load(states + o_st, mask=m_pn, other=0.0)
+        tl.store(dk + (i_bh * NC + c) * NBLK + i_p, tl.sum(tl.sum(b_dS * b_S, 1), 0))
+        b_cs = tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + o_i)
+        b_w = tl.exp(b_cs)
+        b_k = tl.exp(_last(b_cs, CHUNK))
+        if HAS_SEG:
+            b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
+            s_prev = tl.load(seg + i_b * L + tl.maximum(c * CHUNK - 1, 0), mask=c > 0, other=0)
+            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+            b_w = tl.where(b_s == s_prev, b_w, 0.0)
+            b_k = tl.where(s_last == s_prev, b_k, 0.0)
+        o_g = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
+        m_g = m_p[:, None] & m_t[None, :]
+        b_g = tl.load(dout + o_g, mask=m_g, other=0.0).to(tl.float32)  # (BLOCK_P, CHUNK)
+        if HAS_Z:
+            b_z = tl.load(z + o_g, mask=m_g, other=0.0).to(tl.float32)
+            b_g = b_g * b_z * tl.sigmoid(b_z)
+        o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        b_C = tl.load(C + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
+        b_dS = b_k * b_dS + _dot((b_g * b_w[None, :]).to(DOT), b_C, PRECISION, EMULATE)
+    if HAS_INIT:
+        tl.store(dinit + i_bh * P * N + o_pn, b_dS.to(dinit.dtype.element_ty), mask=m_pn)
+
+
+def headdim_blocks(headdim: int, plan: SSDPlan) -> int:
+    """Programs per sequence and head of the backward's walks (the partial sums of ``dk``)."""
+    return cdiv(headdim, plan.walk_block_p)
+
+
+def launch_states(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    init: torch.Tensor | None,
+    seg: torch.Tensor | None,
+    final: torch.Tensor,
+    dt_opts: dict,
+    plan: SSDPlan,
+    f32_dot: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``triton_fwd.recompute_states`` by walking: (dtp, cs, states entering each chunk) on
+    contiguous operands; ``final`` written."""
+    batch, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    Q = plan.chunk
+    NC = cdiv(L, Q)
+    f32, dev = torch.float32, x.device
+    dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
+    cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
+    states = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
+    grid = (batch * H, headdim_blocks(P, plan))
+    launcher(_ssd_scan_states_walk_kernel)[grid](
+        x, dt, dt_bias, A, B, seg, init, dtp, cs, states, final, L, H, P, G, N, NC, **dt_opts,
+        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=Q, BLOCK_P=plan.walk_block_p,
+        BLOCK_N=plan.walk_block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
+        EMULATE=plan.emulate, num_warps=plan.warps_walk, num_stages=plan.walk_stages,
+    )  # fmt: skip
+    return dtp, cs, states
+
+
+def launch_dstates(
+    dout: torch.Tensor,
+    z: torch.Tensor | None,
+    C: torch.Tensor,
+    seg: torch.Tensor | None,
+    cs: torch.Tensor,
+    states: torch.Tensor,
+    dfinal: torch.Tensor | None,
+    dinit: torch.Tensor | None,
+    dk: torch.Tensor,
+    plan: SSDPlan,
+    f32_dot: bool,
+) -> torch.Tensor:
+    """The gradients ``dS_{c+1}`` of each chunk's own state (walking backwards), written with
+    ``dk``'s partial sums (batch, nheads, chunks, ``headdim_blocks``) and ``dinit``."""
+    batch, L, H, P = dout.shape
+    G, N = C.shape[2], C.shape[3]
+    NC = states.shape[1]
+    dstates = torch.empty_like(states)
+    nblk = headdim_blocks(P, plan)
+    launcher(_ssd_scan_dstates_walk_kernel)[(batch * H, nblk)](
+        dout, z, C, seg, cs, states, dfinal, dinit, dstates, dk, L, H, P, G, N, NC, nblk,
+        HAS_Z=z is not None, HAS_SEG=seg is not None, HAS_DFINAL=dfinal is not None,
+        HAS_INIT=dinit is not None, CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
+        BLOCK_N=plan.walk_block_n, PRECISION=precision(plan, dout.dtype), F32_DOT=f32_dot,
+        EMULATE=plan.emulate, num_warps=plan.warps_walk, num_stages=plan.walk_stages,
+    )  # fmt: skip
+    return dstates
