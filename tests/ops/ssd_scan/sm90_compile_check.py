@@ -155,8 +155,10 @@ def main() -> None:
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", A="*fp32",
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
                             cs="*fp32",
-                            states="*fp32", dstates="*fp32", dB=f"*{t}", dC=f"*{t}", **sizes,
-                            HAS_Z=flags, HAS_SEG=flags, BLOCK_N=plan.block_n, **common)  # fmt: skip
+                            states="*fp32", dstates="*fp32", dB="*fp32", dC="*fp32", **sizes,
+                            NS=3, HS=plan.dbc_heads, HAS_Z=flags, HAS_SEG=flags,
+                            **dict(common, BLOCK_P=plan.dbc_block_p,
+                                   BLOCK_N=plan.dbc_block_n))  # fmt: skip
                 _check(f"dbc {t} f32_dot={f32_dot} flags={flags}",
                        triton_bwd._ssd_scan_bwd_dbc_kernel, vals, plan.warps_dbc, plan.stages)  # fmt: skip
         for flags in (True, False):

@@ -88,8 +88,12 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
     plans = {"walking": plan, "three-launch": plan}
     if plan is not None:
-        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, walk_chunk=plan.chunk),
-                 "three-launch": dataclasses.replace(plan, walk_min_programs=0)}  # fmt: skip
+        # the dB / dC kernel: two heads a program (partial sums over a group's splits) with the
+        # walks, all of a group's heads with the three launches
+        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, walk_chunk=plan.chunk,
+                                                dbc_heads=2),
+                 "three-launch": dataclasses.replace(plan, walk_min_programs=0,
+                                                     dbc_heads=1 << 30)}  # fmt: skip
     for family, p in plans.items():
         out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, p)
         assert out.dtype == kw["x"].dtype and final.dtype == state_dtype(kw["x"].dtype)

@@ -123,3 +123,21 @@ def test_walk_table(shape, expected):
     got = (walks(batch, h, p, plan), plan.walk_chunk, plan.walk_block_p, plan.walk_block_n,
            plan.warps_walk)  # fmt: skip
     assert got == expected
+
+
+# (nheads, headdim, ngroups, dstate, dtype) -> the backward's dB / dC kernel: (heads a program,
+# headdim step, dstate block): 16-bit inputs take the whole dstate up to 128 (g·Xᵀ once a head),
+# float32 (3xTF32, spilling already) blocks of 32
+DBC_TABLE = [
+    ((80, 64, 1, 128, BF16), (8, 32, 128)),
+    ((128, 64, 8, 128, BF16), (8, 32, 128)),
+    ((32, 256, 1, 256, FP16), (8, 32, 128)),
+    ((24, 64, 1, 128, FP32), (8, 32, 32)),
+    ((48, 32, 1, 16, BF16), (8, 32, 16)),
+]
+
+
+@pytest.mark.parametrize("shape,expected", DBC_TABLE, ids=[str(r[0]) for r in DBC_TABLE])
+def test_dbc_table(shape, expected):
+    p = plan_ssd(*shape, H200)
+    assert (p.dbc_heads, p.dbc_block_p, p.dbc_block_n) == expected

@@ -61,6 +61,9 @@ class SSDPlan:
         walk_block_p, walk_block_n: the walks' headdim block and dstate block (the whole
             padded dstate: the state row stays on chip).
         warps_walk, walk_stages: their ``num_warps`` and ``num_stages``.
+        dbc_heads: heads of a group per program of the backward's dB / dC kernel (more: their
+            fp32 partial sums, summed afterwards).
+        dbc_block_p, dbc_block_n: that kernel's loop step over headdim and its dstate block.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -89,6 +92,9 @@ class SSDPlan:
     walk_block_n: int = 128
     warps_walk: int = 8
     walk_stages: int = 2
+    dbc_heads: int = 8
+    dbc_block_p: int = 32
+    dbc_block_n: int = 32
 
 
 def _pad(n: int) -> int:
@@ -172,6 +178,13 @@ def _plan_ssd(
         walk_block_n=np_,
         warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,
         walk_stages=1,
+        # dB / dC: 8 heads a program (fp32 partial sums over a group's splits), the whole
+        # dstate up to 128 for 16-bit inputs: g·Xᵀ and the x / dout / z tiles once per head,
+        # not once per dstate block (255 registers, no spills at 8 warps, sm_90); float32's
+        # 3xTF32 operands already spill 0.6 KB at 32 and 2 KB at 128, so they keep 32
+        dbc_heads=8,
+        dbc_block_p=min(pp, 32),
+        dbc_block_n=min(np_, 32 if dtype == torch.float32 else 128),
     )
 
 

@@ -30,10 +30,12 @@ storing (the forward saves only its inputs), in six launches:
    reverse cumsum): no difference of large sums, where summing ``dcs`` and then its reverse
    cumsum would cancel the diagonal's. Then
    ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
-5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group, dstate block), looping
-   over the group's heads: ``dC = sum_h w ∘ (g S) + dCB B``, ``dB = sum_h (e ∘ X) dS_{c+1} +
+5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group x split of its heads,
+   dstate block; ``plan.dbc_heads`` heads a split, the whole dstate up to 128 for 16-bit
+   inputs), looping over the split's heads: ``dC = sum_h w ∘ (g S) + dCB B``, ``dB = sum_h (e ∘ X) dS_{c+1} +
    dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (the decays as in 4; one sum over the group's
-   heads inside the program: no atomics, deterministic).
+   heads inside the program, and over the splits by ``torch.sum`` of their float32 partials: no
+   atomics, deterministic).
 
 dA, dD and ddt_bias are sums of per-program partials taken with ``torch.sum`` (deterministic).
 """
@@ -309,14 +311,17 @@ def _ssd_scan_bwd_dbc_kernel(
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
     states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
     dstates,  # (batch, NC, nheads, headdim, dstate) fp32 gradient of each chunk's own state
-    dB,  # (batch, L, ngroups, dstate) output, B's dtype
-    dC,  # (batch, L, ngroups, dstate) output, C's dtype
+    dB,  # (batch, L, ngroups, dstate) output, B's dtype; (batch, L, ngroups, NS, dstate) fp32
+    # partial sums over each split of the group's heads when NS > 1
+    dC,  # as dB, C's dtype
     L,  # time steps
     H,  # nheads
     P,  # headdim
     G,  # ngroups
     N,  # dstate
     NC,  # chunks
+    NS,  # splits of a group's heads
+    HS,  # heads per split
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
     CHUNK: tl.constexpr,
@@ -326,11 +331,13 @@ def _ssd_scan_bwd_dbc_kernel(
     F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in x's dtype
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
-    """dB, dC of one chunk, group and dstate block, summed over the group's heads (Note [SSD
-    Triton backward], 5)."""
+    """dB, dC of one chunk, group, split of its heads and dstate block, summed over the split's
+    heads (Note [SSD Triton backward], 5)."""
     i_c = tl.program_id(0).to(tl.int64)
-    i_bg = tl.program_id(1).to(tl.int64)
+    i_bgs = tl.program_id(1).to(tl.int64)
     i_n = tl.program_id(2)
+    i_s = i_bgs % NS
+    i_bg = i_bgs // NS
     i_b = i_bg // G
     i_g = i_bg % G
     HG = H // G
@@ -353,7 +360,7 @@ def _ssd_scan_bwd_dbc_kernel(
     b_dC = tl.zeros((CHUNK, BLOCK_N), dtype=tl.float32)
     b_dB = tl.zeros((CHUNK, BLOCK_N), dtype=tl.float32)
     b_dcb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
-    for j in range(0, HG):
+    for j in range(i_s * HS, tl.minimum(i_s * HS + HS, HG)):
         i_h = i_g * HG + j
         o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
         b_cs = tl.load(cs + o_hq)
@@ -389,8 +396,13 @@ def _ssd_scan_bwd_dbc_kernel(
     b_dcbd = b_dcb.to(DOT)
     b_dC += _dot(b_dcbd, b_B, PRECISION, EMULATE)
     b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, EMULATE)
-    tl.store(dC + o_bc, b_dC.to(dC.dtype.element_ty), mask=m_bc)
-    tl.store(dB + o_bc, b_dB.to(dB.dtype.element_ty), mask=m_bc)
+    if NS > 1:
+        o_part = (((i_b * L + o_t[:, None]) * G + i_g) * NS + i_s) * N + o_n[None, :]
+        tl.store(dC + o_part, b_dC, mask=m_bc)
+        tl.store(dB + o_part, b_dB, mask=m_bc)
+    else:
+        tl.store(dC + o_bc, b_dC.to(dC.dtype.element_ty), mask=m_bc)
+        tl.store(dB + o_bc, b_dB.to(dB.dtype.element_ty), mask=m_bc)
 
 
 # --- launchers ------------------------------------------------------------------------------------
@@ -496,12 +508,22 @@ def launch(
         F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dx,
         num_stages=plan.stages,
     )  # fmt: skip
-    launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G, cdiv(N, block_n))](
-        x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB, dC, L, H, P, G, N, NC,
-        HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p,
-        BLOCK_N=block_n, PRECISION=prec,
-        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dbc, num_stages=plan.stages,
+    hs = min(plan.dbc_heads, H // G)  # heads per program of the dB / dC kernel
+    ns = cdiv(H // G, hs)
+    dB_out, dC_out = dB, dC
+    if ns > 1:  # partial sums per split of a group's heads, then one deterministic sum
+        dB_out = torch.empty((batch, L, G, ns, N), dtype=f32, device=dev)
+        dC_out = torch.empty_like(dB_out)
+    dbc_n = plan.dbc_block_n
+    launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G * ns, cdiv(N, dbc_n))](
+        x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB_out, dC_out, L, H, P, G, N, NC,
+        ns, hs, HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.dbc_block_p,
+        BLOCK_N=dbc_n, PRECISION=prec, F32_DOT=f32_dot, EMULATE=plan.emulate,
+        num_warps=plan.warps_dbc, num_stages=plan.stages,
     )  # fmt: skip
+    if ns > 1:
+        dB.copy_(dB_out.sum(dim=3))
+        dC.copy_(dC_out.sum(dim=3))
     dA.copy_(dA32.sum(dim=(0, 2)))
     ddt.copy_(ddt32)
     if dD is not None and D is not None:
