@@ -32,10 +32,10 @@ storing (the forward saves only its inputs), in six launches:
    ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
 5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group x split of its heads,
    dstate block; ``plan.dbc_heads`` heads a split, the whole dstate up to 128 for 16-bit
-   inputs), looping over the split's heads: ``dC = sum_h w ∘ (g S) + dCB B``, ``dB = sum_h (e ∘ X) dS_{c+1} +
-   dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (the decays as in 4; one sum over the group's
-   heads inside the program, and over the splits by ``torch.sum`` of their float32 partials: no
-   atomics, deterministic).
+   inputs), looping over the split's heads: ``dC = sum_h w ∘ (g S) + dCB B``,
+   ``dB = sum_h (e ∘ X) dS_{c+1} + dCBᵀ C`` with ``dCB = sum_h (g Xᵀ) ∘ decay`` (the decays as
+   in 4; one sum over the split's heads inside the program, and over the splits by
+   ``torch.sum`` of their float32 partials: no atomics, deterministic).
 
 dA, dD and ddt_bias are sums of per-program partials taken with ``torch.sum`` (deterministic).
 """
