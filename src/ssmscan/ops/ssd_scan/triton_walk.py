@@ -54,6 +54,62 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     precision,
 )
 
+# --- shared by the walks --------------------------------------------------------------------------
+
+
+@triton.jit
+def _state_tile(i_p, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A program's (BLOCK_P, BLOCK_N) block of a (headdim, dstate) state: (headdim indices,
+    dstate indices, their masks, the block's mask, its offsets in a state)."""
+    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    o_n = tl.arange(0, BLOCK_N)
+    m_p = o_p < P
+    m_n = o_n < N
+    return o_p, o_n, m_p, m_n, m_p[:, None] & m_n[None, :], o_p[:, None] * N + o_n[None, :]
+
+
+@triton.jit
+def _start_state(p_state, o_pn, m_pn, GIVEN: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_N: tl.constexpr):  # fmt: skip
+    """The walk's starting state block in float32: loaded when GIVEN, else zeros."""
+    if GIVEN:
+        b_S = tl.load(p_state + o_pn, mask=m_pn, other=0.0).to(tl.float32)
+    else:
+        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    return b_S
+
+
+@triton.jit
+def _chunk_decays(
+    dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max,
+    SOFTPLUS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MIN: tl.constexpr,
+    HAS_MAX: tl.constexpr, HAS_SEG: tl.constexpr, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """Chunk c's time steps (0 past L), ``cs = cumsum(dt A)``, ``e_j = dt_j exp(sum_{k>j} dt_k
+    A)`` masked to the chunk's last sequence, the chunk's decay ``exp(cs_last)`` (0 where a
+    sequence starts inside it), the steps' segments and the last one's (``s_prev`` without
+    segments)."""
+    o_i = tl.arange(0, CHUNK)
+    o_t = c * CHUNK + o_i
+    p_dt = dt + (i_b * L + o_t) * H + i_h
+    b_d = _time_step(p_dt, o_t < L, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN,
+                     HAS_MAX)  # fmt: skip
+    m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
+    b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
+                      HAS_MIN, HAS_MAX)  # fmt: skip
+    b_cs = tl.cumsum(b_d * a, 0)
+    b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
+    b_k = tl.exp(_last(b_cs, CHUNK))
+    b_s = o_i  # unused without segments
+    s_last = s_prev
+    if HAS_SEG:
+        b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
+        s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
+        b_e = tl.where(b_s == s_last, b_e, 0.0)
+        b_k = tl.where(s_last == s_prev, b_k, 0.0)
+    return b_d, b_cs, b_e, b_k, b_s, s_last
+
+
 # --- the forward ----------------------------------------------------------------------------------
 
 
@@ -105,16 +161,8 @@ def _ssd_scan_fwd_walk_kernel(
     else:
         DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    o_n = tl.arange(0, BLOCK_N)
-    m_p = o_p < P
-    m_n = o_n < N
-    m_pn = m_p[:, None] & m_n[None, :]
-    o_st = i_bh * P * N + o_p[:, None] * N + o_n[None, :]
-    if HAS_INIT:
-        b_S = tl.load(init + o_st, mask=m_pn, other=0.0).to(tl.float32)
-    else:
-        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, P, N, BLOCK_P, BLOCK_N)
+    b_S = _start_state(init + i_bh * P * N, o_pn, m_pn, HAS_INIT, BLOCK_P, BLOCK_N)
     a = tl.load(A + i_h).to(tl.float32)
     if HAS_D:
         if D_PER_HEAD:
@@ -125,24 +173,14 @@ def _ssd_scan_fwd_walk_kernel(
     for c in range(0, tl.cdiv(L, CHUNK)):
         o_t = c * CHUNK + o_i
         m_t = o_t < L
-        p_dt = dt + (i_b * L + o_t) * H + i_h
-        b_d = _time_step(p_dt, m_t, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN,
-                         HAS_MAX)  # fmt: skip
-        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
-        b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
-                          HAS_MIN, HAS_MAX)  # fmt: skip
-        b_cs = tl.cumsum(b_d * a, 0)
+        b_d, b_cs, b_e, b_k, b_s, s_last = _chunk_decays(
+            dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
+            HAS_MIN, HAS_MAX, HAS_SEG, CHUNK,
+        )  # fmt: skip
         b_w = tl.exp(b_cs)  # decay from the chunk's start through step i
-        b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))  # dt_j, decayed to the end
-        b_k = tl.exp(_last(b_cs, CHUNK))  # the whole chunk's decay
-        b_s = o_i  # unused without segments
         if HAS_SEG:
-            b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
-            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
             b_w = tl.where(b_s == s_prev, b_w, 0.0)
-            b_e = tl.where(b_s == s_last, b_e, 0.0)
-            b_k = tl.where(s_last == s_prev, b_k, 0.0)
-            s_prev = s_last
+        s_prev = s_last
         o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
         m_bc = m_t[:, None] & m_n[None, :]
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0)
@@ -164,7 +202,7 @@ def _ssd_scan_fwd_walk_kernel(
         tl.store(out + o_x, b_y.to(out.dtype.element_ty), mask=m_x)
         b_xe = tl.trans(b_x * b_e[:, None]).to(DOT)  # (BLOCK_P, CHUNK)
         b_S = b_k * b_S + _dot(b_xe, b_B.to(DOT), PRECISION, EMULATE)
-    tl.store(final + o_st, b_S, mask=m_pn)
+    tl.store(final + i_bh * P * N + o_pn, b_S, mask=m_pn)
 
 
 def launch_forward(
@@ -247,40 +285,21 @@ def _ssd_scan_states_walk_kernel(
     else:
         DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    o_n = tl.arange(0, BLOCK_N)
-    m_p = o_p < P
-    m_n = o_n < N
-    m_pn = m_p[:, None] & m_n[None, :]
-    o_pn = o_p[:, None] * N + o_n[None, :]
-    if HAS_INIT:
-        b_S = tl.load(init + i_bh * P * N + o_pn, mask=m_pn, other=0.0).to(tl.float32)
-    else:
-        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, P, N, BLOCK_P, BLOCK_N)
+    b_S = _start_state(init + i_bh * P * N, o_pn, m_pn, HAS_INIT, BLOCK_P, BLOCK_N)
     a = tl.load(A + i_h).to(tl.float32)
     s_prev = tl.full((), 0, tl.int64)
     for c in range(0, NC):
         o_t = c * CHUNK + o_i
         m_t = o_t < L
-        p_dt = dt + (i_b * L + o_t) * H + i_h
-        b_d = _time_step(p_dt, m_t, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN,
-                         HAS_MAX)  # fmt: skip
-        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
-        b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
-                          HAS_MIN, HAS_MAX)  # fmt: skip
-        b_cs = tl.cumsum(b_d * a, 0)
+        b_d, b_cs, b_e, b_k, _, s_prev = _chunk_decays(
+            dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
+            HAS_MIN, HAS_MAX, HAS_SEG, CHUNK,
+        )  # fmt: skip
         if i_p == 0:
             o_hq = i_bh * NC * CHUNK + c * CHUNK + o_i
             tl.store(dtp + o_hq, b_d)
             tl.store(cs + o_hq, b_cs)
-        b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
-        b_k = tl.exp(_last(b_cs, CHUNK))
-        if HAS_SEG:
-            b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
-            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
-            b_e = tl.where(b_s == s_last, b_e, 0.0)
-            b_k = tl.where(s_last == s_prev, b_k, 0.0)
-            s_prev = s_last
         tl.store(states + ((i_b * NC + c) * H + i_h) * P * N + o_pn, b_S, mask=m_pn)
         o_x = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
         b_xe = tl.load(x + o_x, mask=m_p[:, None] & m_t[None, :], other=0.0).to(tl.float32)
@@ -332,16 +351,8 @@ def _ssd_scan_dstates_walk_kernel(
     else:
         DOT = dout.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    o_n = tl.arange(0, BLOCK_N)
-    m_p = o_p < P
-    m_n = o_n < N
-    m_pn = m_p[:, None] & m_n[None, :]
-    o_pn = o_p[:, None] * N + o_n[None, :]
-    if HAS_DFINAL:
-        b_dS = tl.load(dfinal + i_bh * P * N + o_pn, mask=m_pn, other=0.0).to(tl.float32)
-    else:
-        b_dS = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, P, N, BLOCK_P, BLOCK_N)
+    b_dS = _start_state(dfinal + i_bh * P * N, o_pn, m_pn, HAS_DFINAL, BLOCK_P, BLOCK_N)
     for r in range(0, NC):
         c = NC - 1 - r
         o_t = c * CHUNK + o_i
