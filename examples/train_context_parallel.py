@@ -111,7 +111,9 @@ def run(rank: int, world: int, args: argparse.Namespace, device: torch.device) -
     make_context_parallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     lo, hi = shard_bounds(args.length, world, rank)
-    print(f"rank {rank}: tokens [{lo}, {hi}) of {args.length} on {device}", flush=True)
+    # one write of the whole line: the ranks share stdout, and a separate write of the newline
+    # lets another rank's line in between
+    print(f"rank {rank}: tokens [{lo}, {hi}) of {args.length} on {device}\n", end="", flush=True)
     for step in range(args.steps):
         tokens = synthetic_batch(step, args.batch, args.length, config.vocab_size).to(device)
         loss = local_loss(model, tokens, lo, hi)
