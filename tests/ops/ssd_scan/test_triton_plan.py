@@ -141,3 +141,20 @@ DBC_TABLE = [
 def test_dbc_table(shape, expected):
     p = plan_ssd(*shape, H200)
     assert (p.dbc_heads, p.dbc_block_p, p.dbc_block_n) == expected
+
+
+@pytest.mark.parametrize("nheads,expected", [(80, True), (60, False)])
+def test_walks_with_a_symbolic_batch(nheads, expected):
+    """torch.compile with dynamic sizes: the walk is taken only where every batch the symbol
+    stands for (sizes >= 2) fills the device, decided without a guard on the batch."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from ssmscan.ops.ssd_scan.triton_fwd import walks
+
+    env = ShapeEnv()
+    batch = env.create_symintnode(env.create_symbol(4, ConstantSource("batch")), hint=4)
+    plan = plan_ssd(nheads, 64, 1, 128, BF16, H200)
+    assert walks(batch, nheads, 64, plan) is expected  # 2 x 80 >= 132 > 2 x 60
+    assert walks(4, nheads, 64, plan)  # a concrete batch of 4 fills it either way
+    assert not env.guards
