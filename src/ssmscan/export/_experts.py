@@ -27,14 +27,11 @@ sizes keep their shape environment) and spliced in; a graph without these ops is
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from ssmscan.passes import _graph as G
 
@@ -228,32 +225,8 @@ def _splice(
     gm: fx.GraphModule, node: fx.Node, fn: Callable[..., torch.Tensor], inputs: list[fx.Node]
 ) -> None:
     """Replace the single-output ``node`` by ``fn(*inputs)`` traced to aten on the fake values."""
-    vals = [i.meta["val"] for i in inputs]
-    mode = detect_fake_mode(vals)
-    with mode if mode is not None else contextlib.nullcontext(), torch.no_grad():
-        traced = make_fx(fn, tracing_mode="real")(*vals)
-    env: dict[fx.Node, fx.Node] = dict(
-        zip([n for n in traced.graph.nodes if n.op == "placeholder"], inputs, strict=True)
-    )
-    inherited: dict[str, Any] = {
-        k: node.meta[k] for k in ("nn_module_stack", "stack_trace") if k in node.meta
-    }
-    out: Any = None
-    with gm.graph.inserting_before(node):
-        for n in traced.graph.nodes:
-            if n.op == "placeholder":
-                continue
-            if n.op == "output":
-                out = n.args[0]
-                break
-            if n.op == "get_attr":
-                raise RuntimeError(f"decomposing {node.target} created a constant")
-            new = gm.graph.node_copy(n, lambda a: env[a])
-            new.meta.update(inherited)
-            new.meta[G.LOWERING_META] = dict(_TAG)
-            env[n] = new
-    node.replace_all_uses_with(env[out])
-    gm.graph.erase_node(node)
+    traced = G.trace_on_fakes(fn, [i.meta["val"] for i in inputs], no_grad=True)
+    G.insert_traced(gm, node, traced, inputs, _TAG, G.PROVENANCE, f"decomposing {node.target}")
 
 
 def empty_like_as_zeros(program: Any) -> G.PassResult:

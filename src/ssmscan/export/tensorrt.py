@@ -29,7 +29,6 @@ builds run only where TensorRT is installed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import types
 from dataclasses import dataclass, field
@@ -38,8 +37,6 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._guards import detect_fake_mode
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from ssmscan.passes import (
     TENSORRT_PIPELINE,
@@ -207,39 +204,9 @@ def _retrace_node(gm: fx.GraphModule, node: fx.Node, table: dict[Any, Any]) -> b
         args, kwargs = pytree.tree_unflatten(leaves, spec)
         return target(*args, **kwargs)
 
-    mode = detect_fake_mode(vals)
-    with mode if mode is not None else contextlib.nullcontext():
-        traced = make_fx(call, decomposition_table=table, tracing_mode="real")(*vals)
-    env: dict[fx.Node, Any] = dict(
-        zip([n for n in traced.graph.nodes if n.op == "placeholder"], inputs, strict=True)
-    )
-    keys = ("nn_module_stack", "stack_trace")
-    inherited: dict[str, Any] = {k: node.meta[k] for k in keys if k in node.meta}
-    out: Any = None
-    with gm.graph.inserting_before(node):
-        for n in traced.graph.nodes:
-            if n.op == "placeholder":
-                continue
-            if n.op == "output":
-                out = n.args[0]
-                break
-            if n.op == "get_attr":
-                raise RuntimeError(f"decomposing {target} created a constant")
-            new = gm.graph.node_copy(n, lambda x: env[x])
-            new.meta.update(inherited)
-            new.meta[G.LOWERING_META] = dict(node.meta[G.LOWERING_META])
-            env[n] = new
-    if isinstance(node.meta["val"], (list, tuple)):
-        users = G.output_users(node, len(node.meta["val"]))
-        if users is None:
-            raise RuntimeError(f"{node.name}: outputs used other than through getitem")
-        for i, us in enumerate(users):
-            for u in us:
-                u.replace_all_uses_with(env[out[i]])
-                gm.graph.erase_node(u)
-    else:
-        node.replace_all_uses_with(env[out])
-    gm.graph.erase_node(node)
+    traced = G.trace_on_fakes(call, vals, decomposition_table=table)
+    G.insert_traced(gm, node, traced, inputs, dict(node.meta[G.LOWERING_META]), G.PROVENANCE,
+                    f"decomposing {target}")  # fmt: skip
     return True
 
 

@@ -84,30 +84,55 @@ def output_users(node: fx.Node, count: int) -> list[list[fx.Node]] | None:
     return users
 
 
-def splice(
+PROVENANCE = ("nn_module_stack", "stack_trace")  # the meta a replacement takes from its node
+
+
+def trace_on_fakes(
+    fn: Callable[..., Any], vals: Sequence[Any], no_grad: bool = False, **make_fx_kwargs: Any
+) -> fx.GraphModule:
+    """``make_fx(fn, tracing_mode="real", **make_fx_kwargs)`` on ``vals`` (the inputs' fake
+    values) inside their fake mode, so symbolic sizes keep their shape environment and no guard
+    is added; under ``torch.no_grad()`` when ``no_grad``."""
+    mode = detect_fake_mode(list(vals))
+    with mode if mode is not None else contextlib.nullcontext():
+        with torch.no_grad() if no_grad else contextlib.nullcontext():
+            return make_fx(fn, tracing_mode="real", **make_fx_kwargs)(*vals)
+
+
+def insert_traced(
     gm: fx.GraphModule,
     node: fx.Node,
-    fn: Callable[..., Sequence[torch.Tensor | None]],
+    traced: fx.GraphModule,
     inputs: Sequence[fx.Node],
     tag: dict[str, str],
+    inherit: Sequence[str] = (),
+    what: str = "a lowering",
+    bodies: bool = False,
 ) -> None:
-    """Replace ``node`` (whose outputs are read through ``getitem``) by ``fn(*inputs)``, traced to aten.
+    """Copy ``traced``'s graph into ``gm`` before ``node``, its placeholders bound to ``inputs``,
+    and reroute ``node``'s outputs to its outputs; ``node`` is erased.
 
-    ``fn`` is traced with ``make_fx`` on the inputs' fake values (inside their fake mode, so symbolic
-    sizes keep their shape environment and no guard is added); every new node keeps the ``val`` the
-    trace gives it and is tagged with ``tag``. ``fn`` returns one entry per output of ``node``; None
-    for an output nobody reads.
+    Every new node is tagged with ``tag`` (``LOWERING_META``) and takes ``node``'s meta under the
+    keys ``inherit``. With ``bodies``, a ``get_attr`` of a submodule (a loop body) registers that
+    submodule on ``gm`` under a fresh name. A single-tensor ``node`` has its uses replaced; a
+    multi-output one must be read through ``getitem``: each getitem that is read takes the
+    matching output (which must then be a node), unread ones are erased.
+
+    Raises:
+        RuntimeError: ``traced`` holds a constant (or a body without ``bodies``), or ``node``'s
+            outputs are read other than through ``getitem``; ``gm`` is left as it was.
     """
-    vals = [i.meta["val"] for i in inputs]
-    mode = detect_fake_mode(vals)
-    with mode if mode is not None else contextlib.nullcontext():
-        traced = make_fx(fn, tracing_mode="real", pre_dispatch=True)(*vals)
-    users = output_users(node, len(node.meta["val"]))
-    assert users is not None
-    env: dict[fx.Node, fx.Node] = {}
-    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
-    for p, inp in zip(placeholders, inputs, strict=True):
-        env[p] = inp
+    for n in traced.graph.find_nodes(op="get_attr"):
+        if not (bodies and isinstance(getattr(traced, str(n.target)), fx.GraphModule)):
+            raise RuntimeError(f"{what} must not create constants")
+    single = not isinstance(node.meta["val"], (list, tuple))
+    users = None if single else output_users(node, len(node.meta["val"]))
+    if not single and users is None:
+        raise RuntimeError(f"{node.name}: outputs used other than through getitem")
+    inherited = {k: node.meta[k] for k in inherit if k in node.meta}
+    env: dict[fx.Node, fx.Node] = dict(
+        zip([n for n in traced.graph.nodes if n.op == "placeholder"], inputs, strict=True)
+    )
     outs: Any = None
     with gm.graph.inserting_before(node):
         for n in traced.graph.nodes:
@@ -117,20 +142,53 @@ def splice(
                 outs = n.args[0]
                 break
             if n.op == "get_attr":
-                raise RuntimeError("a lowering must not create constants")
-            new = gm.graph.node_copy(n, lambda x: env[x])
+                attr = _fresh_attr(gm, f"{tag.get('op', 'lowered')}_body")
+                gm.add_submodule(attr, getattr(traced, str(n.target)))
+                new = gm.graph.get_attr(attr)
+                new.meta.update(n.meta)
+            else:
+                new = gm.graph.node_copy(n, lambda x: env[x])
+            new.meta.update(inherited)
             new.meta[LOWERING_META] = dict(tag)
             env[n] = new
-    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if users is None:
+        assert len(outs) == 1 and isinstance(outs[0], fx.Node)
+        node.replace_all_uses_with(env[outs[0]])
+        gm.graph.erase_node(node)
+        return
     for i, us in enumerate(users):
-        if not us:
-            continue
-        out = outs[i]
-        assert isinstance(out, fx.Node), "fn returned None for an output that is read"
         for u in us:
-            u.replace_all_uses_with(env[out])
+            if u.users:
+                out = outs[i]
+                assert isinstance(out, fx.Node), f"{what} gave no value for a read output"
+                u.replace_all_uses_with(env[out])
             gm.graph.erase_node(u)
     gm.graph.erase_node(node)
+
+
+def _fresh_attr(gm: fx.GraphModule, base: str) -> str:
+    i = 0
+    while hasattr(gm, f"{base}_{i}"):
+        i += 1
+    return f"{base}_{i}"
+
+
+def splice(
+    gm: fx.GraphModule,
+    node: fx.Node,
+    fn: Callable[..., Sequence[torch.Tensor | None]],
+    inputs: Sequence[fx.Node],
+    tag: dict[str, str],
+) -> None:
+    """Replace ``node`` (whose outputs are read through ``getitem``) by ``fn(*inputs)``, traced to aten.
+
+    ``fn`` is traced pre-dispatch on the inputs' fake values (``trace_on_fakes``); every new
+    node keeps the ``val`` the trace gives it and is tagged with ``tag``. ``fn`` returns one
+    entry per output of ``node``; None for an output nobody reads.
+    """
+    traced = trace_on_fakes(fn, [i.meta["val"] for i in inputs], pre_dispatch=True)
+    insert_traced(gm, node, traced, inputs, tag)
 
 
 def finish(gm: fx.GraphModule, program: torch.export.ExportedProgram | None) -> None:

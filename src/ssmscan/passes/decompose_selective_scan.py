@@ -381,13 +381,6 @@ def _trace(fn: Callable[..., Any], inputs: Sequence[fx.Node]) -> fx.GraphModule:
         return make_fx(fn, tracing_mode="real", pre_dispatch=False)(*vals)
 
 
-def _fresh_attr(gm: fx.GraphModule, base: str) -> str:
-    i = 0
-    while hasattr(gm, f"{base}_{i}"):
-        i += 1
-    return f"{base}_{i}"
-
-
 def _splice(
     gm: fx.GraphModule,
     node: fx.Node,
@@ -395,50 +388,7 @@ def _splice(
     inputs: Sequence[fx.Node],
     tag: dict[str, str],
 ) -> None:
-    """Copy ``traced`` into ``gm`` before ``node`` and reroute ``node``'s outputs to it.
-
-    Submodules of ``traced`` (the loop body) are registered on ``gm`` under fresh names. The
-    original node's ``nn_module_stack``/``stack_trace`` go to every new node.
-    """
-    keys = ("nn_module_stack", "stack_trace")
-    inherited: dict[str, Any] = {k: node.meta[k] for k in keys if k in node.meta}
-    env: dict[fx.Node, fx.Node] = {}
-    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
-    env.update(zip(placeholders, inputs, strict=True))
-    outs: Any = None
-    with gm.graph.inserting_before(node):
-        for n in traced.graph.nodes:
-            if n.op == "placeholder":
-                continue
-            if n.op == "output":
-                outs = n.args[0]
-                break
-            if n.op == "get_attr":
-                sub = getattr(traced, str(n.target))
-                if not isinstance(sub, fx.GraphModule):
-                    raise RuntimeError("a realization must not create constants")
-                attr = _fresh_attr(gm, f"{tag['op']}_body")
-                gm.add_submodule(attr, sub)
-                new = gm.graph.get_attr(attr)
-                new.meta.update(n.meta)
-            else:
-                new = gm.graph.node_copy(n, lambda x: env[x])
-            new.meta.update(inherited)
-            new.meta[G.LOWERING_META] = dict(tag)
-            env[n] = new
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    if len(outs) == 1 and not isinstance(node.meta["val"], (list, tuple)):
-        assert isinstance(outs[0], fx.Node)
-        node.replace_all_uses_with(env[outs[0]])
-        gm.graph.erase_node(node)
-        return
-    users = G.output_users(node, len(outs))
-    assert users is not None
-    for i, us in enumerate(users):
-        for u in us:
-            if u.users:
-                out = outs[i]
-                assert isinstance(out, fx.Node), "the realization gave no value for a read output"
-                u.replace_all_uses_with(env[out])
-            gm.graph.erase_node(u)
-    gm.graph.erase_node(node)
+    """Copy ``traced`` into ``gm`` before ``node`` and reroute ``node``'s outputs to it
+    (``_graph.insert_traced``: the loop body registered on ``gm``, the node's provenance on
+    every new node)."""
+    G.insert_traced(gm, node, traced, inputs, tag, G.PROVENANCE, "a realization", bodies=True)
