@@ -377,6 +377,9 @@ def main():
     ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
+    ap.add_argument("--problems", nargs="*", default=["full", "core"], choices=["full", "core"],
+                    help="full: z, D, dt_bias, softplus (mamba-ssm's form); core: none of them "
+                    "(flash-linear-attention's); each new one costs mamba-ssm an autotuning")  # fmt: skip
     a = ap.parse_args()
     if a.device == "cpu":  # the launchers under Triton's interpreter
         patch_triton_interpreter_for_numpy2()
@@ -397,7 +400,7 @@ def main():
               f"torch {torch.__version__}")  # fmt: skip
     rows = []
     for shape in shapes if "scan" in a.parts else ():
-        for problem in ("full", "core"):
+        for problem in a.problems:
             full = problem == "full"
             gate_kw = make(1, *shape[1:], dtype, a.device, full, seed=1)
             kw = make(*shape, dtype, a.device, full) if not a.check_only else None
