@@ -1,0 +1,30 @@
+"""The SSD GPU benchmark's correctness gate runs on any machine (the launchers under Triton's
+interpreter at a tiny shape): a broken benchmark must fail here, not in a lent GPU's call."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+BENCH = pathlib.Path(__file__).parents[3] / "benchmarks" / "ssd_scan" / "bench_gpu.py"
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="runs the launchers under TRITON_INTERPRET=1 (set without a GPU)")  # fmt: skip
+@pytest.mark.parametrize("problem", ["full", "core"])
+def test_check_only_on_cpu(problem):
+    res = subprocess.run(
+        [sys.executable, str(BENCH), "--device", "cpu", "--check-only", "--parts", "scan",
+         "--problems", problem, "--shapes", "1,37,2,16,1,16"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f'"problem": "{problem}", "variant": "ssmscan"' in res.stdout
+    assert '"ok": true' in res.stdout and '"ok": false' not in res.stdout
