@@ -276,7 +276,7 @@ def test_gpu_op_walking(L, dt, ssd_inputs):
     """Enough heads to fill the device: the planner's walking forward (Note [SSD Triton walking
     forward]) with every option, against float64."""
     from ssmscan.ops.common.device import device_facts
-    from ssmscan.ops.ssd_scan.triton_fwd import walks
+    from ssmscan.ops.ssd_scan.triton_walk import walks
 
     nheads = 2 * -(-device_facts(torch.device("cuda")).sm_count // 4)  # 2 x nheads fill it
     kw = ssd_inputs(batch=2, L=L, nheads=nheads, headdim=64, ngroups=2, dstate=128,

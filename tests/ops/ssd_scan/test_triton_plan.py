@@ -115,7 +115,7 @@ WALK_TABLE = [
 
 @pytest.mark.parametrize("shape,expected", WALK_TABLE, ids=[str(r[0][:4]) for r in WALK_TABLE])
 def test_walk_table(shape, expected):
-    from ssmscan.ops.ssd_scan.triton_fwd import walks
+    from ssmscan.ops.ssd_scan.triton_walk import walks
 
     batch, h, p, n, facts = shape
     plan = plan_ssd(h, p, 1, n, BF16, facts)
@@ -150,7 +150,7 @@ def test_walks_with_a_symbolic_batch(nheads, expected):
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from ssmscan.ops.ssd_scan.triton_fwd import walks
+    from ssmscan.ops.ssd_scan.triton_walk import walks
 
     env = ShapeEnv()
     batch = env.create_symintnode(env.create_symbol(4, ConstantSource("batch")), hint=4)

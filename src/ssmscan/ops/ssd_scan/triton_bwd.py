@@ -63,7 +63,6 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     dt_flags,
     precision,
     recompute_states,
-    walks,
 )
 
 
@@ -472,7 +471,7 @@ def launch(
     f32_dot = plan.f32_dot and x.dtype != f32
     Q = plan.chunk
     NC = cdiv(L, Q)
-    if walks(batch, H, P, plan):  # Note [SSD Triton walking backward]
+    if triton_walk.walks(batch, H, P, plan):  # Note [SSD Triton walking backward]
         dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts,
                                                     plan, f32_dot)  # fmt: skip
         nblk = triton_walk.headdim_blocks(int(P), plan)

@@ -524,11 +524,11 @@ def launch(
     seg = segment_ids(seq_idx) if seq_idx is not None else None
     init = _contiguous(initial_states)
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
-    if walks(batch, H, P, plan):
-        from ssmscan.ops.ssd_scan import triton_walk
+    from ssmscan.ops.ssd_scan import triton_walk  # it builds on this module's helpers
 
-        triton_walk.launch_forward(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out, final_states,
-                               plan)  # fmt: skip
+    if triton_walk.walks(batch, H, P, plan):
+        triton_walk.launch_forward(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out,
+                                   final_states, plan)  # fmt: skip
         return
     f32_dot = plan.f32_dot and x.dtype != torch.float32
     dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan,
@@ -542,21 +542,6 @@ def launch(
         BLOCK_N=plan.block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
         EMULATE=plan.emulate, num_warps=plan.warps_out, num_stages=plan.stages,
     )  # fmt: skip
-
-
-def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
-    """The kernels walk (Notes [SSD Triton walking forward] and [SSD Triton walking backward]):
-    the plan allows it and a walk has at least ``plan.walk_min_programs`` programs. A symbolic batch (``torch.compile`` with
-    dynamic sizes) walks only where every batch it stands for does."""
-    if plan.walk_min_programs <= 0:
-        return False
-    need = plan.walk_min_programs
-    programs = batch * nheads * cdiv(headdim, plan.walk_block_p)
-    if isinstance(programs, int):
-        return programs >= need
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    return statically_known_true(programs >= need)
 
 
 def _launch_host(*args: object) -> None:

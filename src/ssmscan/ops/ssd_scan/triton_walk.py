@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
@@ -53,6 +54,26 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     _time_step,
     precision,
 )
+
+
+def headdim_blocks(headdim: int, plan: SSDPlan) -> int:
+    """Programs per sequence and head of a walk (the backward's partial sums of ``dk``)."""
+    return cdiv(headdim, plan.walk_block_p)
+
+
+def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
+    """The kernels walk (Notes [SSD Triton walking forward] and [SSD Triton walking backward]):
+    the plan allows it and a walk has at least ``plan.walk_min_programs`` programs. A symbolic
+    batch (``torch.compile`` with dynamic sizes) walks only where every batch it stands for
+    does, without a guard."""
+    if plan.walk_min_programs <= 0:
+        return False
+    need = plan.walk_min_programs
+    programs = batch * nheads * headdim_blocks(headdim, plan)
+    if isinstance(programs, int):
+        return programs >= need
+    return statically_known_true(programs >= need)
+
 
 # --- shared by the walks --------------------------------------------------------------------------
 
@@ -381,11 +402,6 @@ def _ssd_scan_dstates_walk_kernel(
         b_dS = b_k * b_dS + _dot((b_g * b_w[None, :]).to(DOT), b_C, PRECISION, EMULATE)
     if HAS_INIT:
         tl.store(dinit + i_bh * P * N + o_pn, b_dS.to(dinit.dtype.element_ty), mask=m_pn)
-
-
-def headdim_blocks(headdim: int, plan: SSDPlan) -> int:
-    """Programs per sequence and head of the backward's walks (the partial sums of ``dk``)."""
-    return cdiv(headdim, plan.walk_block_p)
 
 
 def launch_states(
