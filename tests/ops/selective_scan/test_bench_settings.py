@@ -36,6 +36,7 @@ def bench():
         ("lane", "lane", -1),
         ("split-s0-w4-1ch", "tile", 4096),
         ("lane-carrykernel-rows16", "lane", 0),
+        ("lane-nors", "lane", -1),
     ],
 )
 def test_variant_settings(bench, bwd, fwd, target):
@@ -49,6 +50,7 @@ def test_variant_settings(bench, bwd, fwd, target):
         assert pol.states_maxnreg == 0 and pol.fwd_warps == 4 and not pol.two_channels
     if target > 0:
         assert pol.split_below_warps == target
+    assert pol.reduce_scatter == ("nors" not in bwd)
     bench.set_variant("lane")
     bench.set_target_warps(-1)
     bench.set_fwd_variant("lane")

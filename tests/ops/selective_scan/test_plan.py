@@ -160,6 +160,12 @@ def test_tile_rs_is_planned_off_the_split_path():
     assert plan_backward(8, 4096, 2047, 16, 1, True, True, INTERPRETED).main == "lane"
     interp = plan_backward(8, 4096, 2047, 4, 1, True, True, INTERPRETED)
     assert interp.main == "tile_rs" and interp.emulate
+    # a policy without the reduce-scatter (the benchmark's "before") plans the plain 2-D kernel
+    # with the block the device's channels ask for
+    plain = plan_backward(
+        8, 4096, 2047, 16, 1, True, True, H200, policy=Policy(reduce_scatter=False)
+    )
+    assert plain.main == "tile" and plain.tile_block != (32, 1)
 
 
 def test_plans_are_pure_and_cached():

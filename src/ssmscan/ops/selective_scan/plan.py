@@ -59,6 +59,9 @@ class Policy:
             B and C have u's 16-bit dtype). Note [selective scan forward 16-bit rows].
         even: the lane forward's loop without masks where every tile is whole and every
             program's channels exist, unsplit.
+        reduce_scatter: the 2-D backward sums dB / dC by a one-warp reduce-scatter
+            ("tile_rs") where the groups allow; False: the plain "tile" kernel everywhere off the
+            split path (timed beside it by ``benchmarks/selective_scan/bench_gpu.py``).
 
     Example:
         >>> Policy().fwd_warps
@@ -83,6 +86,7 @@ class Policy:
     two_channels: bool = True
     rows16: str = "where_fit"
     even: bool = True
+    reduce_scatter: bool = True
 
     def __post_init__(self) -> None:  # the hash once: a policy is part of every plan's cache key
         fields = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
@@ -491,7 +495,7 @@ def _plan_backward(batch, dim, L, N, G, static_len, aligned, facts, traced, poli
     split = split_applies(N, dim, G, static_len, L, aligned, facts)
     # the 2-D kernels' block: 32 channels in one warp for the reduce-scatter where the groups
     # allow (its shuffles emulated under the interpreter)
-    rs = not split and (G == 1 or (dim // G) % 32 == 0)
+    rs = policy.reduce_scatter and not split and (G == 1 or (dim // G) % 32 == 0)
     tile_block = (32, 1) if rs else block_channels(batch, dim, G, facts)
     KL, TPL = lane_geometry(NP)
     lane = lane and split and KL * TPL == SPLIT_TT
