@@ -61,6 +61,7 @@ import functools
 import importlib
 import importlib.machinery
 import json
+import math
 import os
 import platform
 import re
@@ -648,10 +649,31 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _plain(value):
+    """``value`` with non-finite floats as strings (JSON has no inf) and tuples as lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _save(results: dict, out: Path | None) -> None:
+    if out is not None:  # after every model: a run cut short keeps what it measured
+        out.write_text(json.dumps(results, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
+    t0 = time.perf_counter()
+
+    def stamp(text: str) -> None:
+        print(f"[{time.perf_counter() - t0:.0f} s] {text}", flush=True)
+
     if device.type == "cpu":
         _cpu_interpreter_patches()
     mamba, info = load_mamba_ssm(args)
@@ -661,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mamba-ssm not importable ({info['error']}): timing ssmscan alone", flush=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     settings["models"] = [f"{family}-{preset}" for family, preset in args.models]
-    results: dict = {"environment": env, "args": settings, "gates": {}, "rows": []}
+    results: dict = {"environment": env, "args": settings, "models": {}, "gates": {}, "rows": []}
     status = 0
     for family, preset in args.models:
         name = f"{family}-{preset}"
@@ -672,10 +694,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: mamba-ssm's selective_scan_cuda is not built "
                       f"({args.mamba_build}): ssmscan alone", flush=True)  # fmt: skip
                 use_mamba = None
+        stamp(f"{name}: building")
         ours, theirs, ref = build_pair(family, cfg, use_mamba, info, device, dtype)
+        results["models"][name] = {
+            "config": _plain(dataclasses.asdict(cfg)),
+            "parameters": sum(p.numel() for p in ours.parameters()),
+            "mamba_ssm_config": _plain(mamba_ssm_config_kwargs(cfg))
+            if theirs is not None
+            else None,
+            "mamba_ssm_mem_eff_path": info.get("causal_conv1d") is not None,
+        }
         runners = [Runner("ssmscan", ours)]
         if theirs is not None:
             runners.append(Runner("mamba-ssm", theirs, use_mamba))
+        stamp(f"{name}: correctness gate")
         try:
             with torch.inference_mode():
                 gated, reported = gate(name, runners, ref, args.gate_len, args.gate_steps, dtype)
@@ -688,18 +720,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"gate": name, "gated": gated, "reported": reported}), flush=True)
         del ref
         if not args.check_only:
+            stamp(f"{name}: timing")
             with torch.inference_mode():
                 results["rows"] += bench_model(name, runners, cfg.vocab_size, args, device)
+        _save(results, args.out)
         del ours, theirs, runners
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    stamp("done")
     if results["rows"]:
         print(f"{env['device']}, {args.dtype}, torch {env['torch']}, triton {env['triton']}, "
               f"mamba-ssm {info.get('version') if mamba else 'absent'}, causal-conv1d "
               f"{info.get('causal_conv1d')}; median of {args.reps}")  # fmt: skip
         print(table(results["rows"]))
-    if args.out is not None:
-        args.out.write_text(json.dumps(results, indent=1))
+    _save(results, args.out)
     return status
 
 
