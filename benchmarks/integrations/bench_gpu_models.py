@@ -123,7 +123,7 @@ def model_spec(name: str) -> tuple[str, str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="mamba2-130m,mamba2-2.7b,mamba1-130m,mamba1-2.8b",
+    ap.add_argument("--models", default="mamba2-130m,mamba1-130m,mamba2-2.7b,mamba1-2.8b",
                     help="comma-separated <family>-<preset>")  # fmt: skip
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -145,7 +145,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--mamba-build", type=Path, default=Path("/tmp/mbuild"),
                     help="folder holding the built selective_scan_cuda extension")  # fmt: skip
     ap.add_argument("--causal-conv1d", type=Path, default=Path("/tmp/ccbuild"),
-                    help="folder holding causal_conv1d/ and causal_conv1d_cuda (build_causal_conv1d.sh)")  # fmt: skip
+                    help="causal_conv1d/ and its extension (build_causal_conv1d.sh)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
     try:
@@ -396,10 +396,14 @@ def check_within(model_name: str, errors: dict[str, float], dtype: torch.dtype) 
 
 def gate(model_name: str, runners: list[Runner], ref: torch.nn.Module, length: int, steps: int,
          dtype: torch.dtype) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
-    """The correctness gate (the module docstring's "Correctness first"). Returns (the gated errors: the worst over the layers
-    of each library's mixer outputs, prefill / cached prefill / decode; the reported ones: the
-    whole model's logits against the float32 model, and ``ssmscan~mamba-ssm``). Raises
-    ``GateError`` when a gated error exceeds ``tolerance(dtype)``."""
+    """The correctness gate (the module docstring's "Correctness first").
+
+    Returns:
+        (gated, reported): the worst over the layers of each library's mixer outputs (prefill,
+        cached prefill, decode) against the float32 mixer; the whole model's logits against the
+        float32 model, and ``ssmscan~mamba-ssm``. Raises ``GateError`` when a gated error
+        exceeds ``tolerance(dtype)``.
+    """
     device = next(ref.parameters()).device
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, ref.config.vocab_size, (2, length + steps), generator=g).to(device)
