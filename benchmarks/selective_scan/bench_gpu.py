@@ -84,7 +84,7 @@ def set_variant(spec: str) -> None:
     options: sN (the states kernel's register cap; s0: none), wN (warps per lane forward / states
     program), carrykernel / foldall (fold at most 0 / any segments in the lane main kernel), 1ch
     (the forward's real pass with one channel a thread), rows16 (16-bit B / C rows wherever they
-    can be), nors (the plain 2-D "tile" backward where the planner picks "tile_rs"); e.g.
+    can be), nors (the plain 2-D "tile" backward wherever the planner would pick "tile_rs"); e.g.
     lane-s0. Options not named are the library's defaults."""
     name, *opts = spec.split("-")
     if name not in ("lane", "split"):
@@ -98,7 +98,7 @@ def set_variant(spec: str) -> None:
         pol, states_maxnreg=cap.get("s", base.states_maxnreg),
         fwd_warps=cap.get("w", base.fwd_warps), fold_max_segments=fold,
         two_channels="1ch" not in opts, rows16="always" if "rows16" in opts else "where_fit",
-        reduce_scatter="nors" not in opts,
+        rs_max_np=0 if "nors" in opts else base.rs_max_np,
     )  # fmt: skip
     _forget_recorded_launches()
 

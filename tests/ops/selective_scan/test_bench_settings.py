@@ -50,7 +50,7 @@ def test_variant_settings(bench, bwd, fwd, target):
         assert pol.states_maxnreg == 0 and pol.fwd_warps == 4 and not pol.two_channels
     if target > 0:
         assert pol.split_below_warps == target
-    assert pol.reduce_scatter == ("nors" not in bwd)
+    assert (pol.rs_max_np == 0) == ("nors" in bwd)
     bench.set_variant("lane")
     bench.set_target_warps(-1)
     bench.set_fwd_variant("lane")

@@ -77,8 +77,9 @@ def test_forward_table(batch, dim, L, N, dtype, kernel, real, nseg, rows16):
 # block (channels, warps). "lane": Note [selective scan backward lanes] (the split path with the
 # lane layout, 8-channel warps); off the split path (N outside 9..16, L not a multiple of 16,
 # L dynamic under torch.compile, an input not 16-byte aligned) "tile_rs": the 2-D kernel with
-# dB / dC summed by a one-warp reduce-scatter over 32-channel blocks.
-_LANE, _RS = ("lane", 8, 1), ("tile_rs", 32, 1)
+# dB / dC summed by a one-warp reduce-scatter over 32-channel blocks, up to 32 padded states;
+# beyond, the plain "tile" kernel with the device's block (measured faster at N 64).
+_LANE, _RS, _TILE = ("lane", 8, 1), ("tile_rs", 32, 1), ("tile", 64, 2)
 BACKWARD_TABLE = [
     # N,  L,    static, aligned  main kernel, block
     (4, 2048, True, True, _RS),
@@ -95,10 +96,10 @@ BACKWARD_TABLE = [
     (12, 2040, True, True, _RS),
     (24, 2048, True, True, _RS),
     (24, 2047, False, False, _RS),
-    (64, 2048, True, True, _RS),
-    (64, 2047, True, False, _RS),
-    (128, 2048, True, True, _RS),
-    (128, 2047, False, True, _RS),
+    (64, 2048, True, True, _TILE),
+    (64, 2047, True, False, _TILE),
+    (128, 2048, True, True, _TILE),
+    (128, 2047, False, True, _TILE),
 ]
 
 
@@ -118,7 +119,8 @@ def test_backward_table(N, L, static, aligned, main):
         assert plan.states == "lane" and plan.fallback is not None
         assert (plan.fallback.main, plan.fallback.states) == ("split", "split")
     else:
-        assert plan.states is None and plan.fallback is None and plan.tile_block == (32, 1)
+        assert plan.states is None and plan.fallback is None
+        assert plan.tile_block == (plan.block_d, plan.warps)
 
 
 # backward, batch 1 (L in segments): (batch, dim, L, N, G, static) -> (main kernel, tile-start
@@ -131,7 +133,7 @@ SEGMENTED_TABLE = [
     # off the split path: tile_rs with the 2-D local and carry passes
     (1, 1536, 4095, 16, 1, True, ("tile_rs", None, "tile", "kernel", 16)),
     (1, 1536, 4096, 16, 1, False, ("tile_rs", None, "tile", "kernel", 16)),
-    (1, 1536, 4096, 64, 1, True, ("tile_rs", None, "tile", "kernel", 16)),
+    (1, 1536, 4096, 64, 1, True, ("tile", None, "tile", "kernel", 16)),
     # groups of 12 channels fill neither the split kernels' 8-channel warps nor tile_rs's 32
     (1, 1536, 4096, 16, 128, True, ("tile", None, "tile", "kernel", 6)),
     # groups of 8 channels: the split path
@@ -162,9 +164,7 @@ def test_tile_rs_is_planned_off_the_split_path():
     assert interp.main == "tile_rs" and interp.emulate
     # a policy without the reduce-scatter (the benchmark's "before") plans the plain 2-D kernel
     # with the block the device's channels ask for
-    plain = plan_backward(
-        8, 4096, 2047, 16, 1, True, True, H200, policy=Policy(reduce_scatter=False)
-    )
+    plain = plan_backward(8, 4096, 2047, 16, 1, True, True, H200, policy=Policy(rs_max_np=0))
     assert plain.main == "tile" and plain.tile_block != (32, 1)
 
 

@@ -59,9 +59,12 @@ class Policy:
             B and C have u's 16-bit dtype). Note [selective scan forward 16-bit rows].
         even: the lane forward's loop without masks where every tile is whole and every
             program's channels exist, unsplit.
-        reduce_scatter: the 2-D backward sums dB / dC by a one-warp reduce-scatter
-            ("tile_rs") where the groups allow; False: the plain "tile" kernel everywhere off the
-            split path (timed beside it by ``benchmarks/selective_scan/bench_gpu.py``).
+        rs_max_np: off the split path, the backward sums dB / dC by a one-warp reduce-scatter
+            ("tile_rs") where the groups allow and the padded state count is at most this; the
+            plain 2-D "tile" kernel above it (0: never "tile_rs"). Measured on the H200
+            (2026-12-05, forward+backward at batch 8, dim 4096; ``bench_gpu.py`` variant
+            ``nors``): "tile_rs" is 5-7% faster at N 16 with L = 2047 and 1-15% at N 8, the
+            plain kernel 14% faster at N 64 (fp32, 84 against 98 ms).
 
     Example:
         >>> Policy().fwd_warps
@@ -86,7 +89,7 @@ class Policy:
     two_channels: bool = True
     rows16: str = "where_fit"
     even: bool = True
-    reduce_scatter: bool = True
+    rs_max_np: int = 32
 
     def __post_init__(self) -> None:  # the hash once: a policy is part of every plan's cache key
         fields = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
@@ -495,7 +498,7 @@ def _plan_backward(batch, dim, L, N, G, static_len, aligned, facts, traced, poli
     split = split_applies(N, dim, G, static_len, L, aligned, facts)
     # the 2-D kernels' block: 32 channels in one warp for the reduce-scatter where the groups
     # allow (its shuffles emulated under the interpreter)
-    rs = policy.reduce_scatter and not split and (G == 1 or (dim // G) % 32 == 0)
+    rs = NP <= policy.rs_max_np and not split and (G == 1 or (dim // G) % 32 == 0)
     tile_block = (32, 1) if rs else block_channels(batch, dim, G, facts)
     KL, TPL = lane_geometry(NP)
     lane = lane and split and KL * TPL == SPLIT_TT
