@@ -26,6 +26,44 @@ def _traced(t: torch.Tensor) -> bool:
     return (type(t) is not torch.Tensor or torch._is_functional_tensor(t)) and is_fake(t)
 
 
+def _plain(tensors: tuple) -> bool:
+    """No ``__torch_function__`` override, functorch transform (vmap, grad) or tensor requiring
+    grad (the op has no backward and must refuse, not ignore, that)."""
+    return not has_torch_function(tensors) and not any(
+        is_functorch_wrapped_tensor(t) or t.requires_grad for t in tensors
+    )
+
+
+def _direct_cuda(args: tuple) -> bool:
+    """Whether an eager call may launch the Triton kernel directly: CUDA tensors with a float32 /
+    16-bit state, plain (``_plain``) and no dispatch mode active. At batch 1 the step is
+    host-bound, and the in-place custom op's dispatch (its aliasing check, the autograd and
+    ADInplaceOrView layers, a second validation) took about 0.8 ms a call on an H100's host
+    against mamba-ssm's 0.09 ms."""
+    state = args[0]
+    tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+    return (
+        state.device.type == "cuda"
+        and state.dtype != torch.float64
+        and not torch._C._len_torch_dispatch_stack()
+        and _plain(tensors)
+    )
+
+
+def _launch_cuda(args: tuple) -> torch.Tensor:
+    """The step in place on CUDA by the Triton kernel, launched directly (no custom-op dispatch,
+    no ``wrap_triton`` higher-order op: an eager launch is never traced): out, fresh."""
+    from torch._library.triton import set_wrap_triton_enabled
+
+    from ssmscan.ops.selective_state_update import triton_fwd
+
+    state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, sbi = args
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    with set_wrap_triton_enabled(False):
+        triton_fwd.launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, state, sbi)
+    return out
+
+
 def _direct_cpu(args: tuple) -> bool:
     """Whether an eager call may run the CPU kernel directly: plain CPU tensors that the kernel
     takes, no ``__torch_function__`` override or mode, no functorch transform (vmap, grad), no
@@ -33,11 +71,7 @@ def _direct_cpu(args: tuple) -> bool:
     state = args[0]
     tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
     cdt = torch.float64 if state.dtype == torch.float64 else torch.float32
-    return (
-        cpu.supported(state, cdt)
-        and not has_torch_function(tensors)
-        and not any(is_functorch_wrapped_tensor(t) or t.requires_grad for t in tensors)
-    )
+    return cpu.supported(state, cdt) and _plain(tensors)
 
 
 def _capturing(t: torch.Tensor) -> bool:
@@ -130,4 +164,6 @@ def selective_state_update(
         # state is host-bound, and the custom op's dispatch (autograd and ADInplaceOrView
         # layers, a second validation) costs more than the kernel at batch 1
         return cpu.step_(*args)
+    if _direct_cuda(args):
+        return _launch_cuda(args)
     return torch.ops.ssmscan.selective_state_update_(*args)

@@ -101,11 +101,16 @@ def selective_state_update_(
     check_state_writable(state)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.device.type == "cuda" and state.dtype != torch.float64:
+        from torch._library.triton import set_wrap_triton_enabled
+
         from ssmscan.ops.selective_state_update import triton_fwd
 
-        triton_fwd.launch(
-            state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, state, state_batch_indices
-        )
+        # this body only runs eagerly (tracing takes the fake or the functional op): a direct
+        # launch, not the wrap_triton higher-order op
+        with set_wrap_triton_enabled(False):
+            triton_fwd.launch(
+                state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, state, state_batch_indices
+            )
         return out
     if x.device.type not in ("cpu", "cuda"):
         raise NotImplementedError(
