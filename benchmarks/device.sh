@@ -2,7 +2,7 @@
 # One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
 # in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
 #
-#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | all (default)
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | models | all (default)
 #
 # Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
 # BENCH_ARGS (extra arguments for bench_gpu.py), T_TESTS / T_BENCH (timeouts, s).
@@ -19,9 +19,14 @@ stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 if (has bench || has ssd) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
     mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
 fi
-if has bench && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
+if (has bench || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
     (MAX_JOBS=${MAX_JOBS:-14} setsid nohup python3 .whl/build_mamba_cuda.py > "$OUT/mamba_build.log" 2>&1 &)
     stamp "mamba-ssm build started"
+fi
+if has models && ls .whl/causal_conv1d-*.tar.gz > /dev/null 2>&1; then
+    (MAX_JOBS=4 setsid nohup bash benchmarks/integrations/build_causal_conv1d.sh \
+        "$(ls .whl/causal_conv1d-*.tar.gz | head -1)" > "$OUT/causal_build.log" 2>&1 &)
+    stamp "causal-conv1d build started"
 fi
 python3 setup.py build_ext --inplace -q > "$OUT/setup.log" 2>&1 || stamp "C kernel build failed (see setup.log)"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
@@ -72,5 +77,17 @@ if has ssd; then
     echo "ssd aoti build rc=$?"
     timeout 120 python3 benchmarks/ssd_scan/aoti_check.py load /tmp/aoti_ssd >> "$OUT/ssd_aoti.log" 2>&1
     echo "ssd aoti load rc=$?"; tail -4 "$OUT/ssd_aoti.log"
+fi
+if has models; then
+    # ssmscan's Mamba-2 / Mamba LMs beside mamba-ssm's MambaLMHeadModel (same config and weights)
+    for _ in $(seq 1 90); do
+        { [ ! -f "$OUT/mamba_build.log" ] || grep -q BUILD_OK "$OUT/mamba_build.log"; } &&
+            { [ ! -f "$OUT/causal_build.log" ] || grep -q -e CAUSAL_OK -e CAUSAL_FAILED "$OUT/causal_build.log"; } && break
+        sleep 5
+    done
+    stamp "model benchmark"
+    PYTHONPATH=$PYTHONPATH:/tmp/mbuild timeout "${T_MODELS:-420}" python3 benchmarks/integrations/bench_gpu_models.py \
+        ${MODELS:+--models "$MODELS"} --out "$OUT/models.json" > "$OUT/models.log" 2>&1
+    echo "models rc=$?"; grep -v '^{' "$OUT/models.log" | tail -40
 fi
 stamp done
