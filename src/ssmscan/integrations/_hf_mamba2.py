@@ -32,6 +32,7 @@ from transformers.models.zamba2.modeling_zamba2 import Zamba2MambaMixer
 from ssmscan.integrations._hf_cache import causal_conv, mask_padding, recurrent_states_to_keep
 from ssmscan.ops.selective_scan.api import Impl
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
+from ssmscan.ops.selective_state_update.api import selective_state_update
 from ssmscan.ops.ssd_scan.api import ssd_scan
 
 
@@ -72,12 +73,16 @@ def ssd_scan_with_cache(
     sdt = _state_dtype(x)
     A = -torch.exp(mixer.A_log.to(sdt))
     D, dt_bias = mixer.D.to(sdt), mixer.dt_bias.to(sdt)
+    if not torch.is_grad_enabled():
+        # inference: the parameters as plain tensors (a Parameter requires grad even under
+        # no_grad), so an eager decode step runs its kernel directly, without the op's dispatch
+        D, dt_bias = D.detach(), dt_bias.detach()
     state = cache.get_recurrent_state(layer_idx, state_idx=0) if cache is not None else None
     op = torch.ops.ssmscan.selective_state_update
 
-    def step(s: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return op(
-            s,
+    def step_args(t: int) -> tuple[Any, ...]:
+        """The arguments after the state of token t's decode step (Mamba-2 layout)."""
+        return (
             x[:, t],
             dt[:, t, :, None].expand(-1, -1, head_dim),
             A[:, None, None].expand(-1, head_dim, n),
@@ -89,8 +94,15 @@ def ssd_scan_with_cache(
             True,
         )
 
+    def step(s: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return op(s, *step_args(t))
+
     if cache is not None and state is not None and seq_len == 1:
-        out, new_state = step(state, 0)
+        if not cache.is_recording_past(layer_idx) and state.dtype == sdt:
+            # nothing keeps the previous state: the step writes the cached tensor in place (no
+            # copy of the state; ``update_recurrent_state`` would copy it onto itself)
+            return selective_state_update(state, *step_args(0))[:, None]
+        out, new_state = op(state, *step_args(0))
         cache.update_recurrent_state(new_state, layer_idx)
         return out[:, None]
 
