@@ -310,3 +310,34 @@ def test_compile_fullgraph_aot_eager(models, use_cache):
         expected = model(ids, use_cache=use_cache).logits
         got = compiled(ids, use_cache=use_cache).logits
     assert_close_to_reference("compiled", got, expected, F32)
+
+
+@pytest.mark.parametrize("groups", [1, 3], ids=lambda g: f"groups{g}")
+@pytest.mark.parametrize("case", ["Mamba2", "Bamba", "GraniteMoeHybrid", "NemotronH", "Zamba2"])
+def test_inference_gated_norm_equals_the_families_norm(case, groups):
+    """Under no_grad the adapter's float32 gated RMS norm (fewer passes, in place on one fresh
+    tensor) equals the family's own norm module against float64, and leaves its inputs alone."""
+    from ssmscan.integrations._hf_mamba2 import _GATED_NORMS
+
+    mixer = next(m for m in use_ssmscan(_build(case)).modules() if isinstance(m, ADAPTED))
+    norm = copy.deepcopy(mixer.norm)
+    assert type(norm) in _GATED_NORMS
+    d = 12 * groups
+    norm.group_size = d // groups
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        norm.weight = torch.nn.Parameter(torch.randn(d, generator=g))
+        y, z = torch.randn(2, 5, d, generator=g), torch.randn(2, 5, d, generator=g)
+        y0, z0 = y.clone(), z.clone()
+        mixer.norm = norm
+        got = mixer._gate(y, z)
+        exact = copy.deepcopy(norm).double()
+        # the module computes in float32 whatever its input; the reference is its math in float64
+        h = y.double() * torch.nn.functional.silu(z.double())
+        hg = h.view(2, 5, groups, d // groups)
+        hg = hg * torch.rsqrt(hg.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        ref = exact.weight * hg.view(2, 5, d)
+    assert_close_to_reference("gated norm", got, ref, F32)
+    assert_close_to_reference("family's norm", norm(y, z), ref, F32)
+    torch.testing.assert_close(y, y0, rtol=0, atol=0)
+    torch.testing.assert_close(z, z0, rtol=0, atol=0)

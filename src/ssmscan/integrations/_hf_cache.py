@@ -42,29 +42,82 @@ def causal_conv(
     Returns:
         (batch, dim, L) activated conv output in ``dtype``.
     """
-    layer_idx, seq_len = mixer.layer_idx, x.shape[-1]
     weight, bias = mixer.conv1d.weight, mixer.conv1d.bias  # (dim, 1, K), (dim,) or None
     kernel = weight.shape[-1]
-    conv_state = cache.get_conv_state(layer_idx, state_idx=0) if cache is not None else None
-    if (
-        cache is not None
-        and conv_state is not None
-        and seq_len == 1
-        and not cache.is_recording_past(layer_idx)
-    ):
-        # One token, in place; the cache is not told, so advance its token count (5.25).
-        increase_count = getattr(cache, "increase_count", None)
-        if increase_count is not None:
-            increase_count(layer_idx, 0)
-        window = torch.cat([conv_state[:, :, 1:], x.to(conv_state.dtype)], dim=-1)
-        conv_state.copy_(window)
-        out = (window.to(weight.dtype) * weight[:, 0, :]).sum(-1, keepdim=True)
-        if bias is not None:
-            out = out + bias[:, None]
-    else:
+    out = _decode_step_in_place(mixer, x, cache)
+    if out is None:
         full = x
         if cache is not None:
-            full = cache.update_conv_state(x, layer_idx, state_idx=0, conv_kernel_size=kernel)
+            full = cache.update_conv_state(x, mixer.layer_idx, state_idx=0, conv_kernel_size=kernel)
         out = F.conv1d(full.to(weight.dtype), weight, bias, padding=kernel - 1, groups=x.shape[1])
-        out = out[:, :, : full.shape[-1]][:, :, -seq_len:]
+        out = out[:, :, : full.shape[-1]][:, :, -x.shape[-1] :]
     return mixer.act(out).to(dtype)
+
+
+def causal_conv_tokens(
+    mixer: Any, x: torch.Tensor, cache: Cache | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """``causal_conv`` on token-major input: x (batch, L, dim) -> (batch, L, dim) token-major.
+
+    A chunk's conv runs as K shifted multiply-adds over the token rows (``x`` may be a column
+    slice of a projection, its rows strided), so neither the input nor the output is transposed
+    and copied, and the output's rows are contiguous for the ops that read them next (the scan
+    reads x, B and C a token at a time). The cache sees the (batch, dim, L) views
+    ``causal_conv`` passes it; the values are the same within rounding.
+
+    Args:
+        mixer: as ``causal_conv``'s.
+        x: (batch, L, dim) conv input, last dimension contiguous or not.
+        cache: the model's cache or None.
+        dtype: dtype of the result.
+
+    Returns:
+        (batch, L, dim) activated conv output in ``dtype``.
+    """
+    seq_len = x.shape[1]
+    weight, bias = mixer.conv1d.weight, mixer.conv1d.bias
+    kernel = weight.shape[-1]
+    step = _decode_step_in_place(mixer, x.transpose(1, 2), cache)
+    if step is not None:
+        return mixer.act(step).to(dtype).transpose(1, 2)
+    full = x
+    if cache is not None:
+        channels = cache.update_conv_state(
+            x.transpose(1, 2), mixer.layer_idx, state_idx=0, conv_kernel_size=kernel
+        )
+        full = channels.transpose(1, 2)  # (batch, cached + L, dim)
+    full = full.to(weight.dtype)
+    total, start = full.shape[1], full.shape[1] - seq_len
+    w = weight[:, 0, :]  # (dim, K)
+    # out[t] = bias + sum_k w[:, k] x[t - (K - 1 - k)], zero before the first row
+    out = full[:, start:] * w[:, kernel - 1]
+    if bias is not None:
+        out.add_(bias)
+    for k in range(kernel - 1):
+        shift = kernel - 1 - k
+        first = max(start, shift)
+        if first < total:
+            out[:, first - start :].addcmul_(full[:, first - shift : total - shift], w[:, k])
+    return mixer.act(out).to(dtype)
+
+
+def _decode_step_in_place(mixer: Any, x: torch.Tensor, cache: Cache | None) -> torch.Tensor | None:
+    """One token (x (batch, dim, 1)) on a cache holding a conv state and recording no past: the
+    window shifted in place and the conv output (batch, dim, 1) before the activation; None when
+    the call is not such a step (nothing touched)."""
+    layer_idx, weight, bias = mixer.layer_idx, mixer.conv1d.weight, mixer.conv1d.bias
+    if cache is None or x.shape[-1] != 1 or cache.is_recording_past(layer_idx):
+        return None
+    conv_state = cache.get_conv_state(layer_idx, state_idx=0)
+    if conv_state is None:
+        return None
+    # One token, in place; the cache is not told, so advance its token count (5.25).
+    increase_count = getattr(cache, "increase_count", None)
+    if increase_count is not None:
+        increase_count(layer_idx, 0)
+    window = torch.cat([conv_state[:, :, 1:], x.to(conv_state.dtype)], dim=-1)
+    conv_state.copy_(window)
+    out = (window.to(weight.dtype) * weight[:, 0, :]).sum(-1, keepdim=True)
+    if bias is not None:
+        out = out + bias[:, None]
+    return out

@@ -20,16 +20,24 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 from transformers.integrations.accelerate import force_accelerate_hooks
-from transformers.models.bamba.modeling_bamba import BambaMixer
+from transformers.models.bamba.modeling_bamba import BambaMixer, BambaRMSNormGated
 from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Mixer
 from transformers.models.granitemoehybrid.modeling_granitemoehybrid import (
     GraniteMoeHybridMambaLayer,
+    GraniteMoeHybridRMSNormGated,
 )
-from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
-from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
-from transformers.models.zamba2.modeling_zamba2 import Zamba2MambaMixer
+from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer, Mamba2RMSNormGated
+from transformers.models.nemotron_h.modeling_nemotron_h import (
+    NemotronHMamba2Mixer,
+    NemotronHRMSNormGated,
+)
+from transformers.models.zamba2.modeling_zamba2 import Zamba2MambaMixer, Zamba2RMSNormGated
 
-from ssmscan.integrations._hf_cache import causal_conv, mask_padding, recurrent_states_to_keep
+from ssmscan.integrations._hf_cache import (
+    causal_conv_tokens,
+    mask_padding,
+    recurrent_states_to_keep,
+)
 from ssmscan.ops.selective_scan.api import Impl
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
 from ssmscan.ops.selective_state_update.api import selective_state_update
@@ -147,6 +155,31 @@ def ssd_scan_with_cache(
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
 
+# transformers' gated RMS norms with the same forward: y * silu(gate), RMS-normalized per group
+# of ``group_size`` channels (float32), times ``weight``
+_GATED_NORMS = (
+    Mamba2RMSNormGated,
+    BambaRMSNormGated,
+    GraniteMoeHybridRMSNormGated,
+    NemotronHRMSNormGated,
+    Zamba2RMSNormGated,
+)
+
+
+def _gated_rms_norm(norm: Any, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """``norm(y, gate)`` of a ``_GATED_NORMS`` module for float32 y, gate (batch, L, d) under
+    no_grad, in place on one fresh tensor: the gated product, one reduction pass for the mean
+    square (``vector_norm``) and two scaling passes, against the norm's six full-size
+    temporaries. Equal to it within float32 rounding."""
+    h = F.silu(gate)
+    h.mul_(y)
+    groups = h.view(*h.shape[:-1], h.shape[-1] // norm.group_size, norm.group_size)
+    mean_square = torch.linalg.vector_norm(groups, dim=-1, keepdim=True).square_()
+    mean_square.div_(norm.group_size).add_(norm.variance_epsilon)
+    groups.mul_(mean_square.rsqrt_())
+    return h.mul_(norm.weight)
+
+
 class _Mamba2Forward:
     """The forward shared by transformers' Mamba-2 mixers; ``ssmscan_impl`` is the ``impl`` of
     their scans. A family's twists are the two hooks ``_project`` and ``_gate``."""
@@ -159,7 +192,14 @@ class _Mamba2Forward:
 
     def _gate(self, scan_output: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """The family's gated RMS norm of (batch, L, d) scan output by (batch, L, d) gate."""
-        return self.norm(scan_output, gate)  # type: ignore[attr-defined]
+        norm = self.norm  # type: ignore[attr-defined]
+        if (
+            type(norm) in _GATED_NORMS
+            and not torch.is_grad_enabled()
+            and scan_output.dtype == gate.dtype == norm.weight.dtype == torch.float32
+        ):
+            return _gated_rms_norm(norm, scan_output, gate)
+        return norm(scan_output, gate)
 
     @force_accelerate_hooks("conv1d")
     def forward(
@@ -179,8 +219,7 @@ class _Mamba2Forward:
         groups, n = mixer.n_groups, mixer.ssm_state_size
         projected = self._project(mask_padding(hidden_states, attention_mask))
         gate, xBC, dt = projected.split([d, mixer.conv_dim, heads], dim=-1)
-        xBC = causal_conv(mixer, xBC.transpose(1, 2), cache, dtype)
-        xBC = mask_padding(xBC.transpose(1, 2), attention_mask)  # (batch, L, conv_dim)
+        xBC = mask_padding(causal_conv_tokens(mixer, xBC, cache, dtype), attention_mask)
         x, B, C = torch.split(xBC, [d, groups * n, groups * n], dim=-1)
         out = ssd_scan_with_cache(
             mixer,
