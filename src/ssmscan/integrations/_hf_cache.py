@@ -90,9 +90,8 @@ def causal_conv_tokens(
     total, start = full.shape[1], full.shape[1] - seq_len
     w = weight[:, 0, :]  # (dim, K)
     # out[t] = bias + sum_k w[:, k] x[t - (K - 1 - k)], zero before the first row
-    out = full[:, start:] * w[:, kernel - 1]
-    if bias is not None:
-        out.add_(bias)
+    last = full[:, start:]
+    out = last * w[:, -1] if bias is None else torch.addcmul(bias, last, w[:, -1])
     for k in range(kernel - 1):
         shift = kernel - 1 - k
         first = max(start, shift)
