@@ -84,3 +84,23 @@ def test_recording_cache_matches_causal_conv():
     assert_close_to_reference("prefill", a, b, F32)
     assert_close_to_reference("recorded chunk", a2, b2, F32)
     torch.testing.assert_close(cache_a.get_conv_state(0), cache_b.get_conv_state(0))
+
+
+def test_symbolic_length_exports_without_guards():
+    """Under ``torch.export`` with a dynamic length the shifted multiply-adds would guard L
+    (L >= K, L != K); a symbolic length takes ``causal_conv``'s conv1d, so L from 1 to the
+    bound stays free, and the program equals float64 at lengths below and above K."""
+    mixer, _ = _mixer_and_cache()
+
+    class Conv(torch.nn.Module):
+        def forward(self, x):
+            return causal_conv_tokens(mixer, x, None, F32)
+
+    g = torch.Generator().manual_seed(2)
+    L = torch.export.Dim("L", min=1, max=64)
+    ep = torch.export.export(
+        Conv(), (torch.randn(2, 9, DIM, generator=g),), dynamic_shapes=({1: L},)
+    )
+    for n in (1, 3, 4, 5, 40):
+        x = torch.randn(2, n, DIM, generator=g)
+        assert_close_to_reference(f"L{n}", ep.module()(x), _exact(mixer, x), F32)

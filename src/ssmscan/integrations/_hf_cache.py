@@ -75,6 +75,10 @@ def causal_conv_tokens(
         (batch, L, dim) activated conv output in ``dtype``.
     """
     seq_len = x.shape[1]
+    if not isinstance(seq_len, int):
+        # a symbolic length (export, dynamic compile): the shifts' bounds would guard it
+        # (L >= K, L != K); conv1d keeps it free
+        return causal_conv(mixer, x.transpose(1, 2), cache, dtype).transpose(1, 2)
     weight, bias = mixer.conv1d.weight, mixer.conv1d.bias
     kernel = weight.shape[-1]
     step = _decode_step_in_place(mixer, x.transpose(1, 2), cache)
