@@ -54,7 +54,6 @@ mamba-ssm's Mamba-2 scan is wrong in bfloat16 (use ``--dtype fp32``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import functools
@@ -80,6 +79,7 @@ if not torch.cuda.is_available():  # before any Triton kernel is defined (mamba-
 import ssmscan
 from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, MambaLM, MambaState
 from ssmscan.testing import rel_error, tolerance
+from ssmscan.testing.triton_interpreter import patch_for_autotuned_kernels_on_cpu
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 FAMILIES: dict[str, tuple[type, type]] = {"mamba1": (MambaConfig, MambaLM),
@@ -278,23 +278,6 @@ def load_mamba_ssm(args: argparse.Namespace) -> tuple[types.SimpleNamespace | No
         InferenceParams=generation.InferenceParams,
         update_graph_cache=generation.update_graph_cache,
     ), info
-
-
-def _cpu_interpreter_patches() -> None:
-    """What mamba-ssm's Triton code needs to run on CPU tensors under the interpreter."""
-    from ssmscan.testing.triton_interpreter import patch_triton_interpreter_for_numpy2
-
-    patch_triton_interpreter_for_numpy2()
-    import triton.runtime.autotuner as autotuner
-
-    init = autotuner.Autotuner.__init__
-
-    def one_config(self, *a, **kw):
-        init(self, *a, **kw)
-        self.configs = self.configs[:1]  # the interpreter has no benchmarker
-
-    autotuner.Autotuner.__init__ = one_config  # type: ignore[method-assign]
-    torch.cuda.device = lambda index: contextlib.nullcontext()  # type: ignore[assignment,misc]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -679,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - t0:.0f} s] {text}", flush=True)
 
     if device.type == "cpu":
-        _cpu_interpreter_patches()
+        patch_for_autotuned_kernels_on_cpu()
     mamba, info = load_mamba_ssm(args)
     env = environment(device, info)
     print(json.dumps({"environment": env}), flush=True)

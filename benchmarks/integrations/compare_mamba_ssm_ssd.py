@@ -23,7 +23,6 @@ terms; ssmscan 8e-8).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -35,6 +34,7 @@ import torch
 import ssmscan
 from ssmscan.integrations.mamba_ssm import mamba_chunk_scan_combined as ours
 from ssmscan.ops.ssd_scan.reference import ssd_scan_reference
+from ssmscan.testing.triton_interpreter import patch_for_autotuned_kernels_on_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 F64 = torch.float64
@@ -51,21 +51,7 @@ CASES = {
 def _cpu_interpreter() -> None:
     """What mamba-ssm's Triton code needs to run on CPU tensors under the interpreter."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    spec = importlib.util.spec_from_file_location("_conftest", ROOT / "tests" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)  # NumPy 2 shim of the interpreter
-    conftest._patch_interpreter_for_numpy2()
-    import triton.runtime.autotuner as autotuner
-
-    init = autotuner.Autotuner.__init__
-
-    def one_config(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.configs = self.configs[:1]  # the interpreter has no benchmarker
-
-    autotuner.Autotuner.__init__ = one_config  # type: ignore[method-assign]
-    torch.cuda.device = lambda index: contextlib.nullcontext()  # type: ignore[assignment,misc]
+    patch_for_autotuned_kernels_on_cpu()
 
 
 def _inputs(L: int, with_h0: bool, seed: int) -> dict[str, torch.Tensor]:
