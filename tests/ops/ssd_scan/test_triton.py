@@ -50,16 +50,18 @@ def _dout_dfinal(kw, seed, dfinal_given):
     return dout, dfinal if dfinal_given else None
 
 
-def _reference(kw, dt_limit, dout, dfinal):
-    """float64 outputs, final states and the gradient of every tensor input."""
-    ins = {k: (v.detach().double().requires_grad_() if isinstance(v, torch.Tensor) and
-               v.is_floating_point() else v) for k, v in kw.items()}  # fmt: skip
+def _reference(kw, dt_limit, dout, dfinal, device="cpu"):
+    """float64 outputs, final states and the gradient of every tensor input, computed on
+    ``device`` (the GPU tests' long lengths take the step-by-step oracle minutes on the CPU)."""
+    ins = {k: (v.detach().to(device, torch.float64).requires_grad_() if isinstance(v, torch.Tensor)
+               and v.is_floating_point() else v.to(device) if isinstance(v, torch.Tensor) else v)
+           for k, v in kw.items()}  # fmt: skip
     out, final = ssd_scan_reference(**ins, dt_limit=dt_limit, return_final_states=True)
     leaves = [k for k in GRADS if ins.get(k) is not None]
-    outs, grads_in = [out], [dout.double()]
+    outs, grads_in = [out], [dout.to(device, torch.float64)]
     if dfinal is not None:
         outs.append(final)
-        grads_in.append(dfinal.double())
+        grads_in.append(dfinal.to(device, torch.float64))
     grads = torch.autograd.grad(outs, [ins[k] for k in leaves], grads_in)
     return out, final, dict(zip(leaves, grads))
 
@@ -261,7 +263,7 @@ def test_gpu_op(L, dt, ssd_inputs):
                     dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
     dout, dfinal = _dout_dfinal(kw, L, True)
     out, final, grads = _op_grads(_op, _cuda(kw), dout.cuda(), dfinal.cuda())
-    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal)
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
     assert_close_to_reference("out", out, r_out, DTYPES[dt])
     assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
     for k, g in grads.items():
@@ -285,7 +287,7 @@ def test_gpu_op_walking(L, dt, ssd_inputs):
     assert walks(2, nheads, 64, plan_for(on_gpu["x"], on_gpu["B"]))
     dout, dfinal = _dout_dfinal(kw, L, True)
     out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
-    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal)
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
     assert_close_to_reference("out", out, r_out, DTYPES[dt])
     assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
     for k, g in grads.items():
