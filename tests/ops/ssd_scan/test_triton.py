@@ -320,6 +320,33 @@ def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
     assert frames[0] == 1 and frames[-1] == frames[0]  # one graph; a new length adds none
 
 
+@pytest.mark.gpu
+@_CUDA
+def test_gpu_export_dynamic_length(ssd_inputs):
+    """torch.export with L free over [1, 65536] on CUDA tensors: the launchers' per-chunk
+    buffers (one chunk for L <= 64) add no guard on L, and the program matches eager at lengths
+    on both sides of a chunk."""
+
+    class Scan(torch.nn.Module):
+        def forward(self, x, dt, A, B, C, D, z, dt_bias, initial_states):
+            return _op(x, dt, A, B, C, D, z, dt_bias, initial_states, None)
+
+    def inputs(L):
+        kw = _cuda(ssd_inputs(batch=2, L=L, nheads=4, headdim=64, ngroups=1, dstate=64,
+                              seed=L, **dict(FULL, seq_idx=False)))  # fmt: skip
+        return tuple(kw[k] for k in ARGS[:9])
+
+    Ld = torch.export.Dim("L", min=1, max=65536)
+    per_l = {1: Ld}
+    dyn = (per_l, per_l, None, per_l, per_l, None, per_l, None, None)
+    ep = torch.export.export(Scan(), inputs(100), dynamic_shapes=dyn, strict=False)
+    for L in (1, 64, 65, 300):
+        args = inputs(L)
+        got, want = ep.module()(*args), Scan()(*args)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
 @pytest.mark.triton
 @_INTERP
 @pytest.mark.parametrize(
