@@ -265,28 +265,3 @@ def test_traced_launches_run_their_layout_checks():
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert res.stdout.count(" ok") == 6, res.stdout
-
-
-def test_flattening_adds_no_guard_under_dynamic_shapes():
-    """Inside a triton_op's body (its fake kernel under export), a buffer with one dimension per
-    chunk, (2, ceil(L / 64), 3), is 1 chunk long for L <= 64; flattening it for a traced launch
-    must not guard that dimension against 1 (``is_contiguous`` and ``view(-1)`` did, and a
-    dynamic-L export of a Mamba-2 model over L >= 1 failed on the GPU)."""
-    from ssmscan.ops.common import triton_launch
-
-    @torch.library.triton_op("ssmscan_test::chunk_buffer", mutates_args=())
-    def chunk_buffer(x: torch.Tensor) -> torch.Tensor:
-        buf = torch.empty(2, (x.shape[0] + 63) // 64, 3, device=x.device)  # as launchers do
-        flat = triton_launch._flat(buf)
-        assert flat.dim() == 1
-        return x * 1.0
-
-    class Chunks(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.ops.ssmscan_test.chunk_buffer(x)
-
-    L = torch.export.Dim("L", min=1, max=65536)
-    ep = torch.export.export(Chunks(), (torch.randn(100),), dynamic_shapes=({0: L},), strict=False)
-    for n in (1, 64, 65, 300):
-        x = torch.randn(n)
-        torch.testing.assert_close(ep.module()(x), x)

@@ -320,6 +320,50 @@ def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
     assert frames[0] == 1 and frames[-1] == frames[0]  # one graph; a new length adds none
 
 
+@pytest.mark.triton
+@pytest.mark.parametrize("walk", [False, True], ids=["three-launch", "walking"])
+def test_forward_host_code_adds_no_guard_on_length(walk, monkeypatch, ssd_inputs):
+    """The forward's host code as torch.export traces it (a triton_op's body on fake tensors,
+    each launch's arguments prepared as a traced launch prepares them; the kernels themselves
+    are not traced on the CPU) leaves L free over [1, 65536]: a per-chunk buffer with a
+    dimension that is 1 for L <= Q made the traced launch guard it, and a dynamic-L export of
+    a Mamba-2 model failed on the GPU (``test_gpu_export_dynamic_length`` there)."""
+    from ssmscan.ops.common import triton_launch
+    from ssmscan.ops.ssd_scan import triton_fwd
+
+    def prepare_only(self, grid, *args, **kwargs):
+        self.traced_args(args, kwargs, triton_launch._first_tensor(args, kwargs))
+
+    monkeypatch.setattr(triton_launch._Launcher, "_launch", prepare_only)
+    name = f"ssmscan_test::ssd_forward_host_{'walk' if walk else 'three'}"
+
+    @torch.library.triton_op(name, mutates_args=())
+    def forward(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                C: torch.Tensor, D: torch.Tensor, z: torch.Tensor,
+                dt_bias: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        plan = dataclasses.replace(plan_for(x, B), walk_min_programs=1 if walk else 2**30)
+        out, final = empty_forward_outputs(x, B)
+        triton_fwd.launch(x, dt, A, B, C, D, z, dt_bias, None, None, True, 0.0, INF, out, final,
+                          plan=plan)  # fmt: skip
+        return out
+
+    op = getattr(torch.ops.ssmscan_test, name.split("::")[1])
+
+    class Scan(torch.nn.Module):
+        def forward(self, x, dt, A, B, C, D, z, dt_bias):
+            return op(x, dt, A, B, C, D, z, dt_bias)
+
+    kw = ssd_inputs(batch=1, L=100, nheads=2, headdim=16, ngroups=1, dstate=16, z=True,
+                    dt_bias=True, dt_softplus=True)  # fmt: skip
+    args = tuple(kw[k] for k in ARGS[:8])
+    Ld = torch.export.Dim("L", min=1, max=65536)
+    per_l = {1: Ld}
+    dyn = (per_l, per_l, None, per_l, per_l, None, per_l, None)
+    ep = torch.export.export(Scan(), args, dynamic_shapes=dyn, strict=False)
+    (rng,) = ep.range_constraints.values()
+    assert (rng.lower, rng.upper) == (1, 65536)
+
+
 @pytest.mark.gpu
 @_CUDA
 def test_gpu_export_dynamic_length(ssd_inputs):

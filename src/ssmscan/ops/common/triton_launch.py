@@ -254,26 +254,10 @@ def _flat(v: Any) -> Any:
     symbolic (``torch.compile(dynamic=True)``: a (batch, 1, dim, NP) partial sum, a batch-1
     output) simplifies differently in the two traces, and the compile fails. Our kernels take
     only pointers and compute offsets from int arguments, so a contiguous tensor is passed as
-    its 1-D view: same pointer, no such dimension. Whether the tensor is dense is decided from
-    its strides without a guard (``_dense``): ``Tensor.is_contiguous`` guards each symbolic size
-    against 1, which split a dynamic-L export at the length where a (batch, ceil(L / Q), ...)
-    buffer has one chunk."""
-    if isinstance(v, torch.Tensor) and v.dim() > 1 and _dense(v):
-        return v.as_strided((v.numel(),), (1,))  # ``view(-1)`` rechecks contiguity, guarding
+    its 1-D view: same pointer, no such dimension."""
+    if isinstance(v, torch.Tensor) and v.dim() > 1 and v.is_contiguous():
+        return v.view(-1)
     return v
-
-
-def _dense(v: torch.Tensor) -> bool:
-    """``v``'s strides are exactly the contiguous ones of its shape, provably (no guard: an
-    undecided stride counts as not dense, and the tensor is passed as it is)."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    expected: Any = 1
-    for size, stride in zip(reversed(v.shape), reversed(v.stride())):
-        if not statically_known_true(stride == expected):
-            return False
-        expected = expected * size
-    return True
 
 
 def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor:

@@ -411,7 +411,7 @@ def chunk_states(
     matmul operands at TF32 for 16-bit inputs, the backward's)."""
     batch, L, H, P = v.shape
     G, N = u.shape[2], u.shape[3]
-    NC = states.shape[1]
+    NC = cdiv(L, plan.chunk)
     grid = (NC, batch * H, cdiv(P, plan.state_block_p) * cdiv(N, plan.state_block_n))
     launcher(_ssd_scan_fwd_state_kernel)[grid](
         v, z, dt, dt_bias, A, u, seg, dtp, cs, states, L, H, P, G, N, NC, **dt_opts,
@@ -440,7 +440,8 @@ def pass_states(
 ) -> None:
     """Launch ``_ssd_scan_fwd_pass_kernel``: ``states`` (each chunk's own state) becomes the state
     entering each chunk; ``final`` the state after the last."""
-    batch, NC, H, P, N = states.shape
+    batch, H, P, N = final.shape
+    NC = cdiv(L, plan.chunk)
     grid = (batch * H, cdiv(P * N, plan.pass_block))
     launcher(_ssd_scan_fwd_pass_kernel)[grid](
         states, init, final, cs, seg, L, H, P * N, NC,
@@ -463,7 +464,8 @@ def recompute_states(
     f32_dot: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Steps 1 and 2 of Note [SSD Triton forward] on contiguous operands: (dtp, cs, states
-    entering each chunk); ``final`` written."""
+    entering each chunk, a flat (batch, chunks, nheads, headdim, dstate) buffer); ``final``
+    written."""
     batch, L, H, P = x.shape
     N = B.shape[3]
     Q = plan.chunk
@@ -471,7 +473,9 @@ def recompute_states(
     f32, dev = torch.float32, x.device
     dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
     cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
-    states = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
+    # (batch, NC, H, P, N), allocated flat: NC is 1 for L <= Q, and a dimension that may be 1
+    # makes the traced launch's view(-1) guard it against 1, splitting a dynamic-L export there
+    states = torch.empty((batch * NC * H * P * N,), dtype=f32, device=dev)
     chunk_states(x, None, dt, dt_bias, A, B, seg, dtp, cs, states, True, dt_opts, plan, f32_dot)
     pass_states(states, init, final, cs, seg, L, plan)
     return dtp, cs, states
@@ -533,7 +537,7 @@ def launch(
     f32_dot = plan.f32_dot and x.dtype != torch.float32
     dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan,
                                        f32_dot)  # fmt: skip
-    NC = states.shape[1]
+    NC = cdiv(L, plan.chunk)
     grid = (NC, batch * H, cdiv(P, plan.out_block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
         x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
