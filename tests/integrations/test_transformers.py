@@ -201,3 +201,17 @@ def test_compile_fullgraph_inductor():
         expected = model(ids, use_cache=False).logits
         got = compiled(ids, use_cache=False).logits
     assert_close_to_reference("inductor", got, expected, F32)
+
+
+def test_an_old_transformers_is_named(monkeypatch):
+    """A transformers older than the cache API the adapters follow fails at import with the
+    version found and the one needed, not with a missing class deep in a model module."""
+    import importlib
+    import sys
+
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "4.57.1")
+    monkeypatch.delitem(sys.modules, "ssmscan.integrations.transformers")
+    with pytest.raises(ImportError, match=r"needs transformers >= 5\.24 .*found 4\.57\.1"):
+        importlib.import_module("ssmscan.integrations.transformers")
