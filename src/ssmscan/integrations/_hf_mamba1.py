@@ -22,6 +22,7 @@ from transformers.models.zamba.modeling_zamba import ZambaMambaMixer
 from ssmscan.integrations._hf_cache import causal_conv, mask_padding, recurrent_states_to_keep
 from ssmscan.ops.selective_scan.api import Impl, selective_scan
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
+from ssmscan.ops.selective_state_update.api import selective_state_update
 
 
 def selective_scan_with_cache(
@@ -59,10 +60,20 @@ def selective_scan_with_cache(
     batch, dim, seq_len = x.shape
     state = cache.get_recurrent_state(layer_idx, state_idx=0) if cache is not None else None
     shape = state_shape if state_shape is not None else (batch, dim, A.shape[-1])
+    in_place = state is not None and state.is_contiguous()  # then the reshape below is a view
     if state is not None:
         state = state.reshape(batch, dim, -1)
     step = torch.ops.ssmscan.selective_state_update
     if cache is not None and state is not None and seq_len == 1:
+        if in_place and state.dtype == torch.float32 and not cache.is_recording_past(layer_idx):
+            # nothing keeps the previous state: the step writes the cached tensor in place
+            # (``state`` is a view of it), no copy of the state
+            args = (x[..., 0], dt[..., 0], A, B[..., 0], C[..., 0], D, gate[..., 0], dt_bias)
+            if not torch.is_grad_enabled():
+                # plain tensors (a Parameter requires grad even under no_grad): the eager step
+                # runs its kernel directly, without the op's dispatch
+                args = tuple(a.detach() if a is not None else None for a in args)
+            return selective_state_update(state, *args, dt_softplus=True)[..., None]
         out, new_state = step(
             state, x[..., 0], dt[..., 0], A, B[..., 0], C[..., 0], D, gate[..., 0], dt_bias, True
         )
