@@ -1,7 +1,15 @@
-"""CPU benchmark of a transformers Mamba2ForCausalLM on ssmscan (``use_ssmscan``) against
-transformers' own torch path, same weights, side by side.
+"""Benchmark of a transformers Mamba2ForCausalLM on ssmscan (``use_ssmscan``) against
+transformers' own path, same weights, side by side.
 
     python benchmarks/integrations/bench_hf_mamba2.py [--seq-len 2048] [--reps 3] [--threads 2]
+    python benchmarks/integrations/bench_hf_mamba2.py --device cuda --dtype bf16 \
+        [--mamba-src /tmp/mb/mamba_ssm-2.3.2.post1]
+
+On the CPU transformers runs its torch path. On CUDA it binds mamba-ssm's and causal-conv1d's
+functions when its Mamba-2 module is imported, if both import: ``--mamba-src`` (with
+``--mamba-build`` and ``--causal-conv1d``, as ``bench_gpu_models.py`` and ``device.sh models``
+build them) puts them on ``sys.path`` first. The header says which path transformers took (the
+CUDA kernels a forward launched).
 
 The model is the 130m configuration of mamba2-130m (hidden 768, 24 layers, 24 heads of 64,
 state 128, one group, chunk 256, vocabulary 50288), built from its config with a seeded random
@@ -14,7 +22,7 @@ init (nothing downloaded), float32. Rows:
   (batch x steps over the time).
 
 Correctness first: before timing, both models' logits and cached states on a 300-token prefill
-and a few decode steps are checked against each other (float32 tolerance of
+and a few decode steps are checked against float64 (the run's dtype's tolerance of
 ``ssmscan.testing``); a failing check stops the run. Times are medians of ``--reps`` runs after
 one warm-up. The mixer share (the part ``use_ssmscan`` replaces) is measured with forward hooks.
 """
@@ -26,13 +34,17 @@ import copy
 import functools
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-import transformers
 
-from ssmscan.integrations.transformers import use_ssmscan
 from ssmscan.testing import rel_error, tolerance
+
+# transformers (and ssmscan's adapter, which imports its models) is imported inside the
+# functions: on CUDA mamba-ssm must be importable before transformers' Mamba-2 module is.
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # At this configuration's random init dt reaches several units and A 24 per head (decays of
 # exp(-100) per step inside a chunk); ssmscan's float32 mixer must stay within the op table's
@@ -42,6 +54,8 @@ CHECKED_LAYERS = range(0, 24, 4)
 
 
 def build(seed: int = 0) -> torch.nn.Module:
+    import transformers
+
     cfg = transformers.Mamba2Config(
         vocab_size=50288, hidden_size=768, num_hidden_layers=24, num_heads=24, head_dim=64,
         state_size=128, n_groups=1, expand=2, conv_kernel=4, chunk_size=256,
@@ -61,13 +75,16 @@ def check(ref: torch.nn.Module, fast: torch.nn.Module) -> tuple[float, float]:
     """Every fourth mixer, on the hidden states it sees in a 300-token forward (a 296-token
     prefill, then 4 decode steps): transformers' and ssmscan's float32 outputs and final states
     against the same mixer in float64; ssmscan's worst within ``TOLERANCE_FACTOR`` x the
-    float32 tolerance (raises otherwise).
+    tolerance of the models' dtype (raises otherwise).
 
     Returns:
         The worst relative error of transformers' and of ssmscan's mixer outputs against
         float64, over the layers.
     """
-    ids = _ids(2, 300, 1)
+    import transformers
+
+    dtype = ref.dtype
+    ids = _ids(2, 300, 1).to(ref.device)
     inputs: list[torch.Tensor] = []
     hooks = [
         layer.mixer.register_forward_pre_hook(
@@ -100,7 +117,7 @@ def check(ref: torch.nn.Module, fast: torch.nn.Module) -> tuple[float, float]:
             rel_error(s_ss, s64),
         ]
         worst = [max(worst[0], *errs[:2]), max(worst[1], *errs[2:])]
-    if not worst[1] <= TOLERANCE_FACTOR * tolerance(torch.float32):
+    if not worst[1] <= TOLERANCE_FACTOR * tolerance(dtype):
         raise AssertionError(
             f"ssmscan's mixers: error {worst[1]:.2e} vs transformers' {worst[0]:.2e}"
         )
@@ -138,27 +155,61 @@ class MixerTimer:
             h.remove()
 
 
+def _sync(model: torch.nn.Module) -> None:
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+
+
 @torch.no_grad()
 def prefill(model: torch.nn.Module, ids: torch.Tensor, on_start=None) -> float:
     if on_start is not None:
         on_start()
+    _sync(model)
     t0 = time.perf_counter()
-    model(ids, use_cache=True, logits_to_keep=1)
+    model(ids.to(model.device), use_cache=True, logits_to_keep=1)
+    _sync(model)
     return time.perf_counter() - t0
 
 
 @torch.no_grad()
 def decode(model: torch.nn.Module, batch: int, steps: int, on_start=None) -> float:
     """Seconds of ``steps`` one-token forwards after a 32-token prefill (not timed)."""
-    out = model(_ids(batch, 32, 2), use_cache=True, logits_to_keep=1)
+    out = model(_ids(batch, 32, 2).to(model.device), use_cache=True, logits_to_keep=1)
     token, cache = out.logits.argmax(-1), out.cache
     if on_start is not None:
         on_start()
+    _sync(model)
     t0 = time.perf_counter()
     for _ in range(steps):
         out = model(token, cache=cache, use_cache=True)
         token = out.logits.argmax(-1)
+    _sync(model)
     return time.perf_counter() - t0
+
+
+@torch.no_grad()
+def transformers_path(model: torch.nn.Module) -> str:
+    """Which kernels transformers' own model ran: one short CUDA forward, its kernel names."""
+    if model.device.type != "cuda":
+        return "torch (CPU)"
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(_ids(1, 300, 3).to(model.device))
+        _sync(model)
+    names = " ".join(e.key for e in prof.key_averages())
+    used = [k for k in ("chunk_scan", "causal_conv1d") if k in names]
+    return f"mamba-ssm kernels ({', '.join(used)})" if used else "torch (no mamba-ssm kernel ran)"
+
+
+def stage_mamba_ssm(args: argparse.Namespace) -> dict:
+    """Make mamba-ssm and causal-conv1d importable (``bench_gpu_models.load_mamba_ssm``), before
+    transformers' Mamba-2 module binds its functions; what was found."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_gpu_models import load_mamba_ssm
+
+    _, info = load_mamba_ssm(args)
+    return info
 
 
 def timed(model: torch.nn.Module, run, reps: int) -> tuple[float, float]:
@@ -175,17 +226,41 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads (--device cpu)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
+    parser.add_argument("--mamba-src", type=Path, default=None,
+                        help="unpacked mamba-ssm sdist (CUDA: transformers takes its kernels)")  # fmt: skip
+    parser.add_argument("--mamba-build", type=Path, default=Path("/tmp/mbuild"),
+                        help="folder holding mamba-ssm's built selective_scan_cuda extension")  # fmt: skip
+    parser.add_argument("--causal-conv1d", type=Path, default=Path("/tmp/ccbuild"),
+                        help="causal_conv1d/ and its built extension")  # fmt: skip
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    staged = ""
+    if args.mamba_src is not None:
+        if args.device != "cuda":
+            parser.error("--mamba-src: mamba-ssm's kernels run on CUDA only (--device cuda)")
+        info = stage_mamba_ssm(args)
+        staged = f", mamba-ssm {info.get('version')} staged ({info.get('error', 'imports')})"
     torch.set_num_threads(args.threads)
+    import transformers
 
-    ref = build()
+    from ssmscan.integrations.transformers import use_ssmscan
+
+    ref = build().to(args.device, DTYPES[args.dtype])
     fast = use_ssmscan(copy.deepcopy(ref))
     err_tf, err_ss = check(ref, fast)
+    where = (
+        f"CPU {platform.processor() or platform.machine()}, {args.threads} threads"
+        if args.device == "cpu"
+        else torch.cuda.get_device_name()
+    )
     print(
-        f"Mamba2ForCausalLM 130m config, fp32, CPU {platform.processor() or platform.machine()}, "
-        f"{args.threads} threads, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}; median of {args.reps}. Worst mixer output error against "
+        f"Mamba2ForCausalLM 130m config, {args.dtype}, {where}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}{staged}; transformers' path: "
+        f"{transformers_path(ref)}; median of {args.reps}. Worst mixer output error against "
         f"float64: transformers {err_tf:.1e}, ssmscan {err_ss:.1e}"
     )
     print(f"{'row':<22} {'transformers':>14} {'ssmscan':>14} {'speedup':>8}  mixer share (tf / ss)")
