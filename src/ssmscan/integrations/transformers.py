@@ -52,28 +52,16 @@ ordinary forwards and ``generate`` the two agree.
 # ruff: noqa: E402  (transformers' version is checked before its model modules are imported)
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 import transformers
+from packaging.version import Version
 
 _MIN_TRANSFORMERS = (5, 24)
 
-
-def _release(version: str) -> tuple[int, ...]:
-    """``"5.25.0.dev0"`` -> ``(5, 25, 0)``, ``"5.0.0rc1"`` -> ``(5, 0, 0)``: the release fields."""
-    fields = []
-    for part in version.split("."):
-        digits = re.match(r"\d+", part)
-        if digits is None:
-            break
-        fields.append(int(digits.group()))
-    return tuple(fields)
-
-
-if _release(transformers.__version__) < _MIN_TRANSFORMERS:
+if Version(transformers.__version__).release < _MIN_TRANSFORMERS:
     raise ImportError(
         "ssmscan.integrations.transformers needs transformers >= "
         f"{'.'.join(map(str, _MIN_TRANSFORMERS))} (its cache API for recurrent states); found "
