@@ -7,7 +7,9 @@ import pytest
 import torch
 
 transformers = pytest.importorskip(
-    "transformers", reason="the Hugging Face adapter needs the hf extra (transformers)"
+    "transformers",
+    minversion="5.24",
+    reason="the Hugging Face adapter needs the hf extra (transformers >= 5.24)",
 )
 
 import ssmscan  # noqa: E402

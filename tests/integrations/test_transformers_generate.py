@@ -11,7 +11,9 @@ import pytest
 import torch
 
 transformers = pytest.importorskip(
-    "transformers", reason="the Hugging Face adapter needs the hf extra (transformers)"
+    "transformers",
+    minversion="5.24",
+    reason="the Hugging Face adapter needs the hf extra (transformers >= 5.24)",
 )
 
 from transformers.cache_utils import DynamicCache  # noqa: E402
