@@ -105,7 +105,7 @@ class LMBase(nn.Module):
             hidden, conv_state, ssm_state = block(hidden, conv_state, ssm_state, *block_args)
             conv_states.append(conv_state)
             ssm_states.append(ssm_state)
-        hidden = self.norm_f(hidden.to(self.norm_f.weight.dtype))
+        hidden = self.norm_f.in_weight_dtype(hidden)
         logits = self.lm_head(hidden)
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmscan.models.config import MambaConfig
+from ssmscan.models.inference import fused_inference
+from ssmscan.ops.rms_norm import op as _rms_norm_op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_scan.api import Impl, selective_scan
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
@@ -68,6 +70,27 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (self.weight * normed).to(x.dtype)
+
+    def in_weight_dtype(self, x: torch.Tensor) -> torch.Tensor:
+        """``self(x.to(weight.dtype))``: the pre-norm of a block (x the residual stream, float32
+        with ``residual_in_fp32``), in the weight's dtype. One fused kernel on CUDA without
+        gradients (Note [fused inference] in ``ssmscan.models.inference``).
+
+        Args:
+            x: (..., dim) any float dtype.
+
+        Returns:
+            (..., dim) in the weight's dtype.
+
+        Example:
+            >>> import torch
+            >>> from ssmscan.models.mamba import RMSNorm
+            >>> RMSNorm(2).half().in_weight_dtype(torch.full((1, 2), 3.0)).dtype
+            torch.float16
+        """
+        if fused_inference(x, self.weight):
+            return torch.ops.ssmscan.rms_norm(x, self.weight, self.eps)
+        return self(x.to(self.weight.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
@@ -240,6 +263,6 @@ class MambaBlock(nn.Module):
         if self.residual_in_fp32 and hidden_states.dtype in (torch.float16, torch.bfloat16):
             residual = hidden_states.float()
         mixed, conv_state, ssm_state = self.mixer(
-            self.norm(hidden_states.to(self.norm.weight.dtype)), conv_state, ssm_state
+            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state
         )
         return residual + mixed, conv_state, ssm_state

@@ -39,7 +39,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmscan.models.config import Mamba2Config
+from ssmscan.models.inference import fused_inference
 from ssmscan.models.mamba import RMSNorm
+from ssmscan.ops.conv1d_step import op as _conv1d_step_op  # noqa: F401  (registers the op)
+from ssmscan.ops.rms_norm import op as _rms_norm_op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
 from ssmscan.ops.ssd_scan.api import Impl, ssd_scan
@@ -87,7 +90,13 @@ class GatedRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
-        """x, z (..., dim) -> (..., dim) in x's dtype (float32 arithmetic; float64 for float64)."""
+        """x, z (..., dim) -> (..., dim) in x's dtype (float32 arithmetic; float64 for float64).
+        One fused kernel on CUDA without gradients (Note [fused inference] in
+        ``ssmscan.models.inference``)."""
+        if fused_inference(x, z, self.weight):
+            return torch.ops.ssmscan.gated_rms_norm(
+                x, z, self.weight, self.eps, self.group_size, self.norm_before_gate
+            )
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         h = x.to(cdt)
         if z is not None and not self.norm_before_gate:
@@ -290,13 +299,18 @@ class Mamba2Mixer(nn.Module):
         """One decode step; z (batch, d_inner), xBC (batch, conv_dim), dt (batch, nheads)."""
         batch = xBC.shape[0]
         H, P, N, G = self.nheads, self.headdim, self.d_state, self.ngroups
-        new_conv_state = torch.cat(
-            [conv_state[:, :, 1:], xBC[:, :, None].to(conv_state.dtype)], dim=-1
-        )
-        xBC = (new_conv_state * self.conv1d.weight[:, 0, :]).sum(-1).to(xBC.dtype)
-        if self.conv1d.bias is not None:
-            xBC = xBC + self.conv1d.bias
-        x, B, C = torch.split(F.silu(xBC), [self.d_inner, G * N, G * N], dim=-1)
+        w, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
+        if fused_inference(xBC, conv_state, w, bias):  # Note [fused inference]
+            xBC, new_conv_state = torch.ops.ssmscan.conv1d_step(xBC, conv_state, w, bias, True)
+        else:
+            new_conv_state = torch.cat(
+                [conv_state[:, :, 1:], xBC[:, :, None].to(conv_state.dtype)], dim=-1
+            )
+            xBC = (new_conv_state * w).sum(-1).to(xBC.dtype)
+            if bias is not None:
+                xBC = xBC + bias
+            xBC = F.silu(xBC)
+        x, B, C = torch.split(xBC, [self.d_inner, G * N, G * N], dim=-1)
         A = -torch.exp(_upcast(self.A_log))[:, None, None].expand(H, P, N)
         dt_bias: torch.Tensor | None = _upcast(self.dt_bias)[:, None].expand(H, P)
         softplus = True
@@ -362,6 +376,6 @@ class Mamba2Block(nn.Module):
         if self.residual_in_fp32 and hidden_states.dtype in (torch.float16, torch.bfloat16):
             residual = hidden_states.float()
         mixed, conv_state, ssm_state = self.mixer(
-            self.norm(hidden_states.to(self.norm.weight.dtype)), conv_state, ssm_state, seq_idx
+            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state, seq_idx
         )
         return residual + mixed, conv_state, ssm_state

@@ -81,16 +81,12 @@ def _gated_rms_norm_fwd_kernel(
         b_acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, group_size, BLOCK):
             m_c = start + o_c < group_size
-            b_h = _gated_input(
-                p_x, p_z, p_w, start + o_c, m_c, HAS_Z, NORM_BEFORE_GATE, ROUND_X
-            )
+            b_h = _gated_input(p_x, p_z, p_w, start + o_c, m_c, HAS_Z, NORM_BEFORE_GATE, ROUND_X)
             b_acc += b_h * b_h
         rstd = 1.0 / tl.sqrt(tl.sum(b_acc, axis=0) / group_size + eps)
         for start in range(0, group_size, BLOCK):
             m_c = start + o_c < group_size
-            b_h = _gated_input(
-                p_x, p_z, p_w, start + o_c, m_c, HAS_Z, NORM_BEFORE_GATE, ROUND_X
-            )
+            b_h = _gated_input(p_x, p_z, p_w, start + o_c, m_c, HAS_Z, NORM_BEFORE_GATE, ROUND_X)
             _normed_output(b_h, rstd, p_w, p_z, p_o, start + o_c, m_c, HAS_Z, NORM_BEFORE_GATE)
 
 
