@@ -1,0 +1,169 @@
+"""ssmscan.models.inference: the fused inference path of the Mamba LMs (Note [fused inference]).
+
+On CPU the wiring is checked through the ops' CPU paths (the decision forced on): the fused
+model gives the PyTorch model's logits and states and calls every fused op. On CUDA (``gpu``)
+the same comparison runs the Triton kernels, the decision taken from the inputs alone
+(``torch.inference_mode`` against grad mode with parameters requiring grad).
+"""
+
+import copy
+import dataclasses
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import ssmscan.models.mamba as mamba_mod
+import ssmscan.models.mamba2 as mamba2_mod
+from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, MambaLM
+from ssmscan.models.inference import fused_inference
+from ssmscan.testing import assert_close_to_reference
+
+FUSED_OPS = ("rms_norm", "gated_rms_norm", "conv1d_step")
+ODD = Mamba2Config(
+    d_model=36, n_layer=3, vocab_size=100, d_state=5, d_conv=3, headdim=12, ngroups=3,
+    bias=True, D_has_hdim=True, dt_limit=(0.002, 0.05), seed=7,
+)  # fmt: skip
+NOGATE = Mamba2Config(
+    d_model=32, n_layer=2, vocab_size=64, d_state=8, headdim=16, rmsnorm=False, conv_bias=False,
+    seed=3,
+)  # fmt: skip
+CONFIGS = {"tiny": Mamba2Config.preset("tiny"), "odd": ODD, "nogate": NOGATE}
+
+
+class _CountSsmscanOps(TorchDispatchMode):
+    """Counts calls of ``torch.ops.ssmscan.*`` by op name."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "ssmscan":
+            self.calls[func._opname] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _prefill_and_decode(model, ids, prompt):
+    """Logits of a prefill over ids[:, :prompt] and decode steps over the rest; the last state."""
+    logits, state = model(ids[:, :prompt])
+    steps = [logits]
+    for t in range(prompt, ids.shape[1]):
+        step, state = model(ids[:, t : t + 1], state)
+        steps.append(step)
+    return torch.cat(steps, dim=1), state
+
+
+def _assert_same_run(name, got, want, dtype):
+    (logits, state), (ref_logits, ref_state) = got, want
+    assert logits.dtype == dtype and state.conv_states[0].dtype == dtype
+    assert state.ssm_states[0].dtype == torch.float32
+    assert_close_to_reference(f"{name} logits", logits, ref_logits, dtype)
+    for i in range(state.n_layer):
+        for kind in ("conv_states", "ssm_states"):
+            a, b = getattr(state, kind)[i], getattr(ref_state, kind)[i]
+            assert a.shape == b.shape
+            assert_close_to_reference(f"{name} {kind}[{i}]", a, b, dtype)
+
+
+def _forced_on(*tensors):
+    """The decision with the device condition dropped (CPU stands in for CUDA)."""
+    grad = torch.is_grad_enabled()
+    return not any(t is not None and grad and t.requires_grad for t in tensors)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fused_wiring_gives_the_pytorch_models_results(monkeypatch, name, dtype):
+    """The forced fused path through the ops' CPU implementations against the PyTorch path in
+    float32 (bf16: the bf16 tolerance, as the bf16 model against the float32 model)."""
+    ref_model = Mamba2LM.from_config(CONFIGS[name]).eval()
+    model = copy.deepcopy(ref_model).to(dtype)
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = _prefill_and_decode(ref_model, ids, 6)
+    monkeypatch.setattr(mamba_mod, "fused_inference", _forced_on)
+    monkeypatch.setattr(mamba2_mod, "fused_inference", _forced_on)
+    with torch.no_grad(), _CountSsmscanOps() as counter:
+        got = _prefill_and_decode(model, ids, 6)
+    _assert_same_run(name, got, want, dtype)
+    n_layer, calls = model.config.n_layer, 4  # one prefill and three decode steps
+    assert counter.calls["rms_norm"] == (n_layer + 1) * calls  # each block's, and norm_f
+    assert counter.calls["gated_rms_norm"] == (n_layer * calls if model.config.rmsnorm else 0)
+    assert counter.calls["conv1d_step"] == n_layer * (calls - 1)
+    with _CountSsmscanOps() as counter:  # grad mode, parameters requiring grad: PyTorch's path
+        model(ids)
+    assert not any(counter.calls[op] for op in FUSED_OPS)
+
+
+def test_fused_inference_declines_off_cuda():
+    t = torch.ones(2)
+    assert not fused_inference(t)
+    assert not fused_inference(None, t)
+
+
+# ---- CUDA ----
+
+
+def _cuda_runs(model, ids, prompt):
+    """(fused run under inference_mode, the float32 copy's PyTorch run in grad mode) and the ops
+    each called."""
+    ref_model = copy.deepcopy(model).float()
+    with torch.inference_mode(), _CountSsmscanOps() as fused_calls:
+        fused = _prefill_and_decode(model, ids, prompt)
+    with torch.enable_grad(), _CountSsmscanOps() as plain_calls:
+        plain = _prefill_and_decode(ref_model, ids, prompt)
+    plain = (plain[0].detach(), plain[1])
+    return fused, plain, fused_calls.calls, plain_calls.calls
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", [*CONFIGS, "130m-2-layers"])
+def test_gpu_fused_model_equals_pytorch_model(name, dtype):
+    if name == "130m-2-layers":
+        cfg = dataclasses.replace(Mamba2Config.preset("130m"), n_layer=2)
+    else:
+        cfg = CONFIGS[name]
+    model = Mamba2LM.from_config(cfg).to("cuda", dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (3, 70), device="cuda")
+    fused, plain, fused_calls, plain_calls = _cuda_runs(model, ids, 66)
+    assert fused_calls["rms_norm"] > 0 and fused_calls["conv1d_step"] > 0
+    assert (fused_calls["gated_rms_norm"] > 0) == cfg.rmsnorm
+    assert not any(plain_calls[op] for op in FUSED_OPS)
+    _assert_same_run(name, fused, plain, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_fused_mamba1_model_equals_pytorch_model():
+    """Mamba-1's LM shares the pre-norm and final norm."""
+    model = MambaLM.from_config(MambaConfig.preset("tiny")).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, 256, (2, 20), device="cuda")
+    fused, plain, fused_calls, _ = _cuda_runs(model, ids, 17)
+    assert fused_calls["rms_norm"] > 0
+    _assert_same_run("mamba1", fused, plain, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_fused_decode_step_replays_from_a_cuda_graph():
+    """A decode step captured in a CUDA graph (the fused kernels inside) replays the eager step."""
+    model = Mamba2LM.from_config(Mamba2Config.preset("tiny")).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, 256, (2, 12), device="cuda")
+    with torch.inference_mode():
+        _, state = model(ids[:, :10])
+        token = ids[:, 10:11].clone()
+        want, want_state = model(token, state)
+        model(token, state)  # warm up: compile the kernels outside the capture
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph):
+            got, got_state = model(token, state)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph.replay()
+        torch.cuda.synchronize()
+    _assert_same_run("graph", (got, got_state), (want, want_state), torch.bfloat16)
