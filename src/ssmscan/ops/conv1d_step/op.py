@@ -3,6 +3,14 @@ functional (returns the next state, mutates nothing), forward only.
 
 CUDA (float16 / bfloat16 / float32): one Triton kernel (``triton_fwd``); elsewhere, and for
 float64, the aten math of ``cpu``.
+
+Example:
+    >>> import torch
+    >>> import ssmscan.ops.conv1d_step.op  # registers the op
+    >>> out, state = torch.ops.ssmscan.conv1d_step(torch.ones(1, 2), torch.zeros(1, 2, 3),
+    ...     torch.ones(2, 3), None, False)
+    >>> out, state[0, 0]
+    (tensor([[1., 1.]]), tensor([0., 0., 1.]))
 """
 
 from __future__ import annotations
@@ -68,14 +76,6 @@ def conv1d_step(
     Returns:
         ``(out (batch, dim) in x's dtype, new_conv_state (batch, dim, K) in conv_state's dtype)``,
         fresh and contiguous.
-
-    Example:
-        >>> import torch
-        >>> import ssmscan.ops.conv1d_step.op  # registers the op
-        >>> out, state = torch.ops.ssmscan.conv1d_step(torch.ones(1, 2), torch.zeros(1, 2, 3),
-        ...     torch.ones(2, 3), None, False)
-        >>> out, state[0, 0]
-        (tensor([[1., 1.]]), tensor([0., 0., 1.]))
     """
     _check(x, conv_state, weight, bias)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)

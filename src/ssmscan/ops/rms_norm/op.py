@@ -4,6 +4,16 @@ for inference.
 CUDA (float16 / bfloat16 / float32): one Triton kernel (``triton_fwd``); elsewhere, and for
 float64, the aten math of ``cpu``. No autograd: the models call these only when no gradient is
 needed and keep their PyTorch modules for training.
+
+Example:
+    >>> import torch
+    >>> import ssmscan.ops.rms_norm.op  # registers the ops
+    >>> x = torch.tensor([[1.0, 1.0, 3.0, 3.0]])
+    >>> torch.ops.ssmscan.gated_rms_norm(x, torch.full((1, 4), 30.0), torch.ones(4), 1e-5, 2,
+    ...     False)
+    tensor([[1., 1., 1., 1.]])
+    >>> torch.ops.ssmscan.rms_norm(torch.full((1, 4), 2.0), torch.ones(4), 1e-5)
+    tensor([[1.0000, 1.0000, 1.0000, 1.0000]])
 """
 
 from __future__ import annotations
@@ -74,14 +84,6 @@ def gated_rms_norm(
 
     Returns:
         (..., dim) in x's dtype, fresh and contiguous.
-
-    Example:
-        >>> import torch
-        >>> import ssmscan.ops.rms_norm.op  # registers the ops
-        >>> x = torch.tensor([[1.0, 1.0, 3.0, 3.0]])
-        >>> torch.ops.ssmscan.gated_rms_norm(x, torch.full((1, 4), 30.0), torch.ones(4), 1e-5, 2,
-        ...     False)
-        tensor([[1., 1., 1., 1.]])
     """
     _check(x, z, weight, eps, group_size)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -107,12 +109,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
     Returns:
         (..., dim) in weight's dtype, fresh and contiguous.
-
-    Example:
-        >>> import torch
-        >>> import ssmscan.ops.rms_norm.op  # registers the ops
-        >>> torch.ops.ssmscan.rms_norm(torch.full((1, 4), 2.0), torch.ones(4), 1e-5)
-        tensor([[1.0000, 1.0000, 1.0000, 1.0000]])
     """
     _check(x, None, weight, eps, x.shape[-1] if x.dim() >= 1 and x.shape[-1] > 0 else 1)
     out = torch.empty(x.shape, dtype=weight.dtype, device=x.device)
