@@ -14,20 +14,21 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import ssmscan.models.lm_base as lm_base_mod
 import ssmscan.models.mamba as mamba_mod
 import ssmscan.models.mamba2 as mamba2_mod
 from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, MambaLM
 from ssmscan.models.inference import fused_inference
 from ssmscan.testing import assert_close_to_reference
 
-FUSED_OPS = ("rms_norm", "gated_rms_norm", "conv1d_step")
+FUSED_OPS = ("rms_norm", "add_rms_norm", "gated_rms_norm", "conv1d_step")
 ODD = Mamba2Config(
     d_model=36, n_layer=3, vocab_size=100, d_state=5, d_conv=3, headdim=12, ngroups=3,
     bias=True, D_has_hdim=True, dt_limit=(0.002, 0.05), seed=7,
 )  # fmt: skip
 NOGATE = Mamba2Config(
     d_model=32, n_layer=2, vocab_size=64, d_state=8, headdim=16, rmsnorm=False, conv_bias=False,
-    seed=3,
+    residual_in_fp32=False, seed=3,
 )  # fmt: skip
 CONFIGS = {"tiny": Mamba2Config.preset("tiny"), "odd": ODD, "nogate": NOGATE}
 
@@ -73,6 +74,11 @@ def _forced_on(*tensors):
     return not any(t is not None and grad and t.requires_grad for t in tensors)
 
 
+def _force_fused(monkeypatch):
+    for mod in (lm_base_mod, mamba_mod, mamba2_mod):
+        monkeypatch.setattr(mod, "fused_inference", _forced_on)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_fused_wiring_gives_the_pytorch_models_results(monkeypatch, name, dtype):
@@ -83,18 +89,33 @@ def test_fused_wiring_gives_the_pytorch_models_results(monkeypatch, name, dtype)
     ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = _prefill_and_decode(ref_model, ids, 6)
-    monkeypatch.setattr(mamba_mod, "fused_inference", _forced_on)
-    monkeypatch.setattr(mamba2_mod, "fused_inference", _forced_on)
+    _force_fused(monkeypatch)
     with torch.no_grad(), _CountSsmscanOps() as counter:
         got = _prefill_and_decode(model, ids, 6)
     _assert_same_run(name, got, want, dtype)
     n_layer, calls = model.config.n_layer, 4  # one prefill and three decode steps
-    assert counter.calls["rms_norm"] == (n_layer + 1) * calls  # each block's, and norm_f
+    assert counter.calls["rms_norm"] == calls  # the first block's pre-norm
+    assert counter.calls["add_rms_norm"] == n_layer * calls  # the others' and norm_f
     assert counter.calls["gated_rms_norm"] == (n_layer * calls if model.config.rmsnorm else 0)
     assert counter.calls["conv1d_step"] == n_layer * (calls - 1)
     with _CountSsmscanOps() as counter:  # grad mode, parameters requiring grad: PyTorch's path
         model(ids)
     assert not any(counter.calls[op] for op in FUSED_OPS)
+
+
+@pytest.mark.parametrize("residual_in_fp32", [True, False], ids=["fp32-residual", "bf16-residual"])
+def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32):
+    cfg = dataclasses.replace(MambaConfig.preset("tiny"), residual_in_fp32=residual_in_fp32)
+    ref_model = MambaLM.from_config(cfg).eval()
+    model = copy.deepcopy(ref_model).bfloat16()
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = _prefill_and_decode(ref_model, ids, 7)
+    _force_fused(monkeypatch)
+    with torch.no_grad(), _CountSsmscanOps() as counter:
+        got = _prefill_and_decode(model, ids, 7)
+    _assert_same_run("mamba1", got, want, torch.bfloat16)
+    assert counter.calls["add_rms_norm"] == cfg.n_layer * 3
 
 
 def test_fused_inference_declines_off_cuda():
@@ -131,6 +152,7 @@ def test_gpu_fused_model_equals_pytorch_model(name, dtype):
     ids = torch.randint(0, cfg.vocab_size, (3, 70), device="cuda")
     fused, plain, fused_calls, plain_calls = _cuda_runs(model, ids, 66)
     assert fused_calls["rms_norm"] > 0 and fused_calls["conv1d_step"] > 0
+    assert fused_calls["add_rms_norm"] > 0
     assert (fused_calls["gated_rms_norm"] > 0) == cfg.rmsnorm
     assert not any(plain_calls[op] for op in FUSED_OPS)
     _assert_same_run(name, fused, plain, dtype)
@@ -143,7 +165,7 @@ def test_gpu_fused_mamba1_model_equals_pytorch_model():
     model = MambaLM.from_config(MambaConfig.preset("tiny")).to("cuda", torch.bfloat16).eval()
     ids = torch.randint(0, 256, (2, 20), device="cuda")
     fused, plain, fused_calls, _ = _cuda_runs(model, ids, 17)
-    assert fused_calls["rms_norm"] > 0
+    assert fused_calls["rms_norm"] > 0 and fused_calls["add_rms_norm"] > 0
     _assert_same_run("mamba1", fused, plain, torch.bfloat16)
 
 

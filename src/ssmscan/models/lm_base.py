@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ssmscan.models.config import Mamba2Config, MambaConfig
+from ssmscan.models.inference import fused_inference
 from ssmscan.models.mamba import RMSNorm
 from ssmscan.models.state import MambaState
 
@@ -27,7 +28,10 @@ class LMBase(nn.Module):
         impl: scan implementation for every layer; change later through the ``impl`` attribute.
         block: ``block(config, impl)`` builds one layer whose ``mixer`` has ``in_proj``,
             ``out_proj`` and ``impl``, and whose forward is ``(hidden, conv_state, ssm_state, ...)
-            -> (hidden, conv_state, ssm_state)``.
+            -> (hidden, conv_state, ssm_state)``: ``hidden + mixer(norm.in_weight_dtype(hidden),
+            conv_state, ssm_state, ...)``, the residual in float32 when ``residual_in_fp32``
+            (the fused inference loop, ``_fused_layers``, runs exactly that from ``norm``,
+            ``mixer`` and ``residual_in_fp32``).
         check_impl: raises ValueError for an ``impl`` the block does not take.
 
     Example:
@@ -98,18 +102,57 @@ class LMBase(nn.Module):
                 f"state covers {state.n_layer} layers; the model has {len(self.layers)}"
             )
         hidden = self.embedding(input_ids)
-        conv_states, ssm_states = [], []
-        for i, block in enumerate(self.layers):
-            conv_state = state.conv_states[i] if state is not None else None
-            ssm_state = state.ssm_states[i] if state is not None else None
-            hidden, conv_state, ssm_state = block(hidden, conv_state, ssm_state, *block_args)
-            conv_states.append(conv_state)
-            ssm_states.append(ssm_state)
-        hidden = self.norm_f.in_weight_dtype(hidden)
+        conv_states: list[torch.Tensor] = []
+        ssm_states: list[torch.Tensor] = []
+        if fused_inference(hidden, self.norm_f.weight):  # Note [fused inference]
+            hidden = self._fused_layers(hidden, state, block_args, conv_states, ssm_states)
+        else:
+            for i, block in enumerate(self.layers):
+                conv_state = state.conv_states[i] if state is not None else None
+                ssm_state = state.ssm_states[i] if state is not None else None
+                hidden, conv_state, ssm_state = block(hidden, conv_state, ssm_state, *block_args)
+                conv_states.append(conv_state)
+                ssm_states.append(ssm_state)
+            hidden = self.norm_f.in_weight_dtype(hidden)
         logits = self.lm_head(hidden)
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]
         return logits, MambaState(tuple(conv_states), tuple(ssm_states))
+
+    def _fused_layers(
+        self,
+        hidden: torch.Tensor,
+        state: MambaState | None,
+        block_args: tuple[Any, ...],
+        conv_states: list[torch.Tensor],
+        ssm_states: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """The blocks and the final norm with each residual add fused into the next norm
+        (``ssmscan::add_rms_norm``, mamba-ssm's ``prenorm=True`` layout): the blocks' own math
+        (``h + mixer(norm(h))``, float32 residual with ``residual_in_fp32``) with one kernel per
+        add and norm. Appends each layer's states; returns the final norm's output."""
+        residual, mixed = hidden, None
+        for i, block in enumerate(self.layers):
+            norm = block.norm
+            if mixed is None:
+                normed = norm.in_weight_dtype(residual)
+            else:
+                normed, residual = torch.ops.ssmscan.add_rms_norm(
+                    mixed, residual, norm.weight, norm.eps
+                )
+            if block.residual_in_fp32 and residual.dtype in (torch.float16, torch.bfloat16):
+                residual = residual.float()
+            conv_state = state.conv_states[i] if state is not None else None
+            ssm_state = state.ssm_states[i] if state is not None else None
+            mixed, conv_state, ssm_state = block.mixer(normed, conv_state, ssm_state, *block_args)
+            conv_states.append(conv_state)
+            ssm_states.append(ssm_state)
+        if mixed is None:
+            return self.norm_f.in_weight_dtype(residual)
+        normed, _ = torch.ops.ssmscan.add_rms_norm(
+            mixed, residual, self.norm_f.weight, self.norm_f.eps
+        )
+        return normed
 
     @torch.no_grad()
     def generate(

@@ -10,7 +10,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import ssmscan.ops.rms_norm.op  # noqa: F401  (registers the ops)
 from ssmscan.models.mamba import RMSNorm
 from ssmscan.models.mamba2 import GatedRMSNorm
-from ssmscan.ops.rms_norm.reference import gated_rms_norm_reference, rms_norm_reference
+from ssmscan.ops.rms_norm.reference import (
+    add_rms_norm_reference,
+    gated_rms_norm_reference,
+    rms_norm_reference,
+)
 from ssmscan.testing import assert_close_to_reference
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -81,6 +85,39 @@ def test_rms_norm_cpu_matches_reference_and_module(x_dtype, w_dtype):
         torch.testing.assert_close(out, norm(x.to(w_dtype)), rtol=0, atol=0)
 
 
+RESIDUAL_DTYPES = [
+    (torch.bfloat16, torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    (torch.float16, torch.float16, torch.float32),
+    (torch.float32, torch.float32, torch.float32),
+]
+RESIDUAL_IDS = ["bf16-fp32-residual", "bf16", "fp16-fp32-weight", "fp32"]
+
+
+def _residual_inputs(x_dtype, r_dtype, w_dtype, rows=(2, 3), dim=10):
+    x, z, w = _inputs(rows, dim, x_dtype, z_stride=dim + 3)
+    residual = (3.0 * z.float()).to(r_dtype)  # a strided residual
+    return x, residual, w.to(w_dtype)
+
+
+def _check_add_rms_norm(out, h, x, residual, w):
+    r_out, r_h = add_rms_norm_reference(x, residual, w, 1e-5)
+    assert out.dtype == w.dtype and h.dtype == r_h.dtype
+    assert out.is_contiguous() and h.is_contiguous()
+    assert_close_to_reference("h", h, r_h, h.dtype)
+    assert_close_to_reference("out", out, r_out, w.dtype)
+
+
+@pytest.mark.parametrize("x_dtype,r_dtype,w_dtype", RESIDUAL_DTYPES, ids=RESIDUAL_IDS)
+def test_add_rms_norm_cpu_matches_reference_and_the_blocks(x_dtype, r_dtype, w_dtype):
+    x, residual, w = _residual_inputs(x_dtype, r_dtype, w_dtype)
+    out, h = torch.ops.ssmscan.add_rms_norm(x, residual, w, 1e-5)
+    _check_add_rms_norm(out, h, x, residual, w)
+    want_h = residual + x  # a block's output, then the next block's pre-norm
+    torch.testing.assert_close(h, want_h, rtol=0, atol=0)
+    torch.testing.assert_close(out, torch.ops.ssmscan.rms_norm(want_h, w, 1e-5), rtol=0, atol=0)
+
+
 def test_bad_arguments_are_refused():
     x, z, w = _inputs((3,), 12, torch.float32)
     op = torch.ops.ssmscan.gated_rms_norm
@@ -94,6 +131,8 @@ def test_bad_arguments_are_refused():
         op(x.int(), None, w, 1e-5, 4, False)
     with pytest.raises(ValueError, match="eps must be >= 0"):
         torch.ops.ssmscan.rms_norm(x, w, -1.0)
+    with pytest.raises(ValueError, match="residual must have shape"):
+        torch.ops.ssmscan.add_rms_norm(x, x[:2], w, 1e-5)
 
 
 @pytest.mark.parametrize("has_z", [True, False], ids=["z", "no-z"])
@@ -106,7 +145,14 @@ def test_fake_matches_real_shapes_and_strides(has_z):
         fz = mode.from_tensor(z) if z is not None else None
         fake = torch.ops.ssmscan.gated_rms_norm(fx, fz, fw, 1e-5, 4, False)
         fake_plain = torch.ops.ssmscan.rms_norm(fx.float(), fw.bfloat16(), 1e-5)
-    for r, f in ((real, fake), (real_plain, fake_plain)):
+    x_, r_, w_ = _residual_inputs(torch.bfloat16, torch.float32, torch.bfloat16)
+    real_add = torch.ops.ssmscan.add_rms_norm(x_, r_, w_, 1e-5)
+    with FakeTensorMode() as mode:
+        fake_add = torch.ops.ssmscan.add_rms_norm(
+            *(mode.from_tensor(t) for t in (x_, r_, w_)), 1e-5
+        )
+    pairs = [(real, fake), (real_plain, fake_plain), *zip(real_add, fake_add)]
+    for r, f in pairs:
         assert (f.shape, f.stride(), f.dtype) == (r.shape, r.stride(), r.dtype)
 
 
@@ -120,6 +166,9 @@ def test_opcheck():
         x, z, w = _inputs(rows, dim, torch.float32, has_z=has_z, z_stride=dim + 1)
         torch.library.opcheck(torch.ops.ssmscan.gated_rms_norm.default, (x, z, w, 1e-5, gs, nbg))
         torch.library.opcheck(torch.ops.ssmscan.rms_norm.default, (x, w.bfloat16(), 1e-5))
+    for dtypes in RESIDUAL_DTYPES:
+        args = _residual_inputs(*dtypes)
+        torch.library.opcheck(torch.ops.ssmscan.add_rms_norm.default, (*args, 1e-5))
 
 
 # ---- the Triton kernel under the interpreter ----
@@ -175,6 +224,23 @@ def test_rms_norm_triton_interpreter(x_dtype, w_dtype):
     assert_close_to_reference("out", out, rms_norm_reference(x, w, 1e-5), w_dtype)
 
 
+@pytest.mark.triton
+@INTERPRET
+@pytest.mark.parametrize("two_pass", [False, True], ids=["one-pass", "two-pass"])
+@pytest.mark.parametrize("x_dtype,r_dtype,w_dtype", RESIDUAL_DTYPES, ids=RESIDUAL_IDS)
+def test_add_rms_norm_triton_interpreter(monkeypatch, x_dtype, r_dtype, w_dtype, two_pass):
+    from ssmscan.ops.rms_norm import triton_fwd
+
+    if two_pass:
+        monkeypatch.setattr(triton_fwd, "MAX_ONE_PASS", 2)
+        monkeypatch.setattr(triton_fwd, "BLOCK_TWO_PASS", 4)
+    x, residual, w = _residual_inputs(x_dtype, r_dtype, w_dtype)
+    out = torch.full(x.shape, float("nan"), dtype=w_dtype)
+    h = torch.full(x.shape, float("nan"), dtype=torch.promote_types(x_dtype, r_dtype))
+    triton_fwd.launch(x, None, w, 1e-5, x.shape[-1], False, True, out, residual, h)
+    _check_add_rms_norm(out, h, x, residual, w)
+
+
 # ---- GPU ----
 
 
@@ -206,3 +272,14 @@ def test_rms_norm_gpu(dim):
         out = torch.ops.ssmscan.rms_norm(x, w.to(w_dtype), 1e-5)
         ref = rms_norm_reference(x, w.to(w_dtype), 1e-5)
         assert_close_to_reference(f"out {w_dtype}", out, ref, w_dtype)
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("x_dtype,r_dtype,w_dtype", RESIDUAL_DTYPES, ids=RESIDUAL_IDS)
+@pytest.mark.parametrize("dim", [768, 2560, 12345], ids=str)
+def test_add_rms_norm_gpu(x_dtype, r_dtype, w_dtype, dim):
+    x, residual, w = _residual_inputs(x_dtype, r_dtype, w_dtype, rows=(4, 7), dim=dim)
+    x, residual, w = x.cuda(), residual.cuda(), w.cuda()
+    out, h = torch.ops.ssmscan.add_rms_norm(x, residual, w, 1e-5)
+    _check_add_rms_norm(out, h, x, residual, w)

@@ -1,5 +1,5 @@
-"""Registration of ``ssmscan::rms_norm`` and ``ssmscan::gated_rms_norm``: forward-only fused norms
-for inference.
+"""Registration of ``ssmscan::rms_norm``, ``ssmscan::add_rms_norm`` and
+``ssmscan::gated_rms_norm``: forward-only fused norms for inference.
 
 CUDA (float16 / bfloat16 / float32): one Triton kernel (``triton_fwd``); elsewhere, and for
 float64, the aten math of ``cpu``. No autograd: the models call these only when no gradient is
@@ -14,6 +14,10 @@ Example:
     tensor([[1., 1., 1., 1.]])
     >>> torch.ops.ssmscan.rms_norm(torch.full((1, 4), 2.0), torch.ones(4), 1e-5)
     tensor([[1.0000, 1.0000, 1.0000, 1.0000]])
+    >>> out, residual = torch.ops.ssmscan.add_rms_norm(torch.ones(1, 4), torch.ones(1, 4),
+    ...     torch.ones(4), 1e-5)
+    >>> residual
+    tensor([[2., 2., 2., 2.]])
 """
 
 from __future__ import annotations
@@ -119,3 +123,40 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return out
     out.copy_(cpu.rms_norm(x, weight, eps))
     return out
+
+
+@triton_backed_op("add_rms_norm")
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add of a Mamba block fused with the next block's pre-norm (mamba-ssm's
+    ``layer_norm_fn(..., residual=..., prenorm=True)``): ``h = residual + x`` in their promoted
+    dtype (float32 for a float32 residual stream and a 16-bit x), then ``rms_norm(h, weight,
+    eps)``.
+
+    Args:
+        x: (..., dim) the block's output, float16 / bfloat16 / float32 / float64.
+        residual: (..., dim) the residual stream, any float dtype.
+        weight: (dim,) the next norm's weight.
+        eps: added to the mean square.
+
+    Returns:
+        ``(normed (..., dim) in weight's dtype, h (..., dim) in the promoted dtype of x and
+        residual)``, fresh and contiguous.
+    """
+    _check(x, None, weight, eps, x.shape[-1] if x.dim() >= 1 and x.shape[-1] > 0 else 1)
+    check_tensor("residual", residual)
+    check_dtype("residual", residual, FLOAT_DTYPES)
+    check_shape("residual", residual, tuple(x.shape), "shaped like x")
+    check_same_device([("x", x), ("residual", residual)])
+    h_dtype = torch.promote_types(x.dtype, residual.dtype)
+    out = torch.empty(x.shape, dtype=weight.dtype, device=x.device)
+    h = torch.empty(x.shape, dtype=h_dtype, device=x.device)
+    if _fused(x, weight) and h_dtype != torch.float64:
+        from ssmscan.ops.rms_norm import triton_fwd
+
+        triton_fwd.launch(x, None, weight, eps, x.shape[-1], False, True, out, residual, h)
+        return out, h
+    h.copy_(residual + x)
+    out.copy_(cpu.rms_norm(h, weight, eps))
+    return out, h

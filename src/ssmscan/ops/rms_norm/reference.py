@@ -66,3 +66,27 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
     """
     y = x.to(weight.dtype).double()
     return weight.double() * y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def add_rms_norm_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h = residual + x`` rounded to their promoted dtype, then ``rms_norm_reference(h)``.
+
+    Args:
+        x: (..., dim) any float dtype.
+        residual: (..., dim) any float dtype.
+        weight: (dim,).
+        eps: added to the mean square.
+
+    Returns:
+        ``(normed (..., dim) float64, h (..., dim) in the promoted dtype)``.
+
+    Example:
+        >>> import torch
+        >>> from ssmscan.ops.rms_norm.reference import add_rms_norm_reference
+        >>> add_rms_norm_reference(torch.ones(1, 2), torch.ones(1, 2), torch.ones(2), 0.0)[1]
+        tensor([[2., 2.]])
+    """
+    h = (x.double() + residual.double()).to(torch.promote_types(x.dtype, residual.dtype))
+    return rms_norm_reference(h, weight, eps), h
