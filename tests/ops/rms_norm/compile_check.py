@@ -18,22 +18,27 @@ from ssmscan.testing.triton_sm90 import compile_sm90
 
 
 def main() -> None:
-    for (xt, wt), (block, one), has_z, nbg, rnd in itertools.product(
+    for (xt, wt), (block, one), has_z, nbg, rnd, res in itertools.product(
         (("*bf16", "*bf16"), ("*fp32", "*bf16"), ("*fp16", "*fp32"), ("*fp32", "*fp32")),
         ((1024, True), (8192, True), (4096, False)),
         (True, False),
         (True, False),
         (True, False),
+        (True, False),
     ):
-        if nbg and not has_z:
+        if (nbg and not has_z) or (res and (has_z or not rnd)):
             continue
-        vals = dict(x=xt, z=xt if has_z else "*fp32", w=wt, out=wt if rnd else xt, dim=1536,
-                    group_size=768, s_x_r=1536, s_z_r=3352, eps="fp32", BLOCK=block,
-                    ONE_PASS=one, HAS_Z=has_z, NORM_BEFORE_GATE=nbg, ROUND_X=rnd)  # fmt: skip
+        vals = dict(x=xt, z=xt if has_z else "*fp32", r="*fp32", w=wt, out=wt if rnd else xt,
+                    new_r="*fp32", dim=1536, group_size=768, s_x_r=1536, s_z_r=3352, s_r_r=1536,
+                    eps="fp32", BLOCK=block, ONE_PASS=one, HAS_Z=has_z, NORM_BEFORE_GATE=nbg,
+                    ROUND_X=rnd, HAS_RES=res)  # fmt: skip
         compile_sm90(
             norm_fwd._gated_rms_norm_fwd_kernel, vals, min(max(block // 256, 1), 8), ["eps"]
         )
-        print(f"norm x={xt[1:]} w={wt[1:]} block={block} z={has_z} nbg={nbg} round={rnd} ok")
+        print(
+            f"norm x={xt[1:]} w={wt[1:]} block={block} z={has_z} nbg={nbg} round={rnd} "
+            f"residual={res} ok"
+        )
     for (xt, st), has_bias, silu in itertools.product(
         (("*bf16", "*bf16"), ("*fp32", "*fp32"), ("*fp16", "*fp32")), (True, False), (True, False)
     ):
