@@ -300,7 +300,8 @@ class Mamba2Mixer(nn.Module):
         batch = xBC.shape[0]
         H, P, N, G = self.nheads, self.headdim, self.d_state, self.ngroups
         w, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
-        if fused_inference(xBC, conv_state, w, bias):  # Note [fused inference]
+        fused = fused_inference(xBC, conv_state, w, bias)  # Note [fused inference]
+        if fused:
             xBC, new_conv_state = torch.ops.ssmscan.conv1d_step(xBC, conv_state, w, bias, True)
         else:
             new_conv_state = torch.cat(
@@ -311,13 +312,20 @@ class Mamba2Mixer(nn.Module):
                 xBC = xBC + bias
             xBC = F.silu(xBC)
         x, B, C = torch.split(xBC, [self.d_inner, G * N, G * N], dim=-1)
+        # the fused path hands the step kernel D and dt_bias in x's dtype: it upcasts what it
+        # loads, so the results are the same without two cast kernels per step
+        raw = fused and self.impl != "reference"
+
+        def param(p: torch.Tensor) -> torch.Tensor:
+            return p if raw and p.dtype == x.dtype else _upcast(p)
+
         A = -torch.exp(_upcast(self.A_log))[:, None, None].expand(H, P, N)
-        dt_bias: torch.Tensor | None = _upcast(self.dt_bias)[:, None].expand(H, P)
+        dt_bias: torch.Tensor | None = param(self.dt_bias)[:, None].expand(H, P)
         softplus = True
         if self.dt_limit != (0.0, float("inf")):  # the step op has no clamp: apply it here
             dt = process_dt(dt[:, None], self.dt_bias, True, *self.dt_limit, A.dtype)[:, 0]
             dt, dt_bias, softplus = dt.to(x.dtype), None, False
-        D = self._D()
+        D = param(self.D)
         args = (
             ssm_state,
             x.reshape(batch, H, P),
