@@ -8,6 +8,7 @@ the same comparison runs the Triton kernels, the decision taken from the inputs 
 
 import copy
 import dataclasses
+import os
 from collections import Counter
 
 import pytest
@@ -17,6 +18,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import ssmscan.models.lm_base as lm_base_mod
 import ssmscan.models.mamba as mamba_mod
 import ssmscan.models.mamba2 as mamba2_mod
+import ssmscan.ops.conv1d_step.op as conv1d_step_op
+import ssmscan.ops.rms_norm.op as rms_norm_op
 from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, MambaLM
 from ssmscan.models.inference import fused_inference
 from ssmscan.testing import assert_close_to_reference
@@ -118,6 +121,34 @@ def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32):
     assert counter.calls["add_rms_norm"] == cfg.n_layer * 3
 
 
+@pytest.mark.triton
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
+)
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("odd", torch.float32), ("nogate", torch.float32), ("tiny", torch.bfloat16)],
+    ids=["odd-fp32", "nogate-fp32", "tiny-bf16"],
+)
+def test_fused_model_through_the_triton_interpreter(monkeypatch, name, dtype):
+    """The whole fused path with the ops' Triton kernels (not their CPU paths) under the
+    interpreter: the norms read z and the conv step xBC as slices of in_proj's output, as on
+    CUDA. Against the float32 PyTorch model."""
+    cfg = dataclasses.replace(CONFIGS[name], n_layer=2)
+    ref_model = Mamba2LM.from_config(cfg).eval()
+    model = copy.deepcopy(ref_model).to(dtype)
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = _prefill_and_decode(ref_model, ids, 6)
+    _force_fused(monkeypatch)
+    monkeypatch.setattr(rms_norm_op, "_fused", lambda x, w: True)
+    monkeypatch.setattr(conv1d_step_op, "_fused", lambda x, s, w: True)
+    with torch.no_grad():
+        got = _prefill_and_decode(model, ids, 6)
+    _assert_same_run(name, got, want, dtype)
+
+
 def test_fused_inference_declines_off_cuda():
     t = torch.ones(2)
     assert not fused_inference(t)
@@ -141,16 +172,24 @@ def _cuda_runs(model, ids, prompt):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", [*CONFIGS, "130m-2-layers"])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [*((n, torch.float32) for n in [*CONFIGS, "130m-2-layers"]), ("tiny", torch.bfloat16)],
+    ids=[*(f"{n}-fp32" for n in [*CONFIGS, "130m-2-layers"]), "tiny-bf16"],
+)
 def test_gpu_fused_model_equals_pytorch_model(name, dtype):
+    """float32 models (the float32 tolerance: the kernels and their wiring exactly), and a bf16
+    model at a size where the bf16 PyTorch model is within the bf16 tolerance of float32 (a
+    deeper or longer bf16 run drifts past it on either path: roundings compound)."""
     if name == "130m-2-layers":
         cfg = dataclasses.replace(Mamba2Config.preset("130m"), n_layer=2)
     else:
         cfg = CONFIGS[name]
     model = Mamba2LM.from_config(cfg).to("cuda", dtype).eval()
-    ids = torch.randint(0, cfg.vocab_size, (3, 70), device="cuda")
-    fused, plain, fused_calls, plain_calls = _cuda_runs(model, ids, 66)
+    length, prompt = (70, 66) if dtype == torch.float32 else (9, 6)
+    ids = torch.randint(0, min(cfg.vocab_size, 64), (2, length), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(1))  # fmt: skip
+    fused, plain, fused_calls, plain_calls = _cuda_runs(model, ids, prompt)
     assert fused_calls["rms_norm"] > 0 and fused_calls["conv1d_step"] > 0
     assert fused_calls["add_rms_norm"] > 0
     assert (fused_calls["gated_rms_norm"] > 0) == cfg.rmsnorm
@@ -161,12 +200,12 @@ def test_gpu_fused_model_equals_pytorch_model(name, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_fused_mamba1_model_equals_pytorch_model():
-    """Mamba-1's LM shares the pre-norm and final norm."""
-    model = MambaLM.from_config(MambaConfig.preset("tiny")).to("cuda", torch.bfloat16).eval()
+    """Mamba-1's LM shares the pre-norm and final norm (float32: the kernels exactly)."""
+    model = MambaLM.from_config(MambaConfig.preset("tiny")).to("cuda").eval()
     ids = torch.randint(0, 256, (2, 20), device="cuda")
     fused, plain, fused_calls, _ = _cuda_runs(model, ids, 17)
     assert fused_calls["rms_norm"] > 0 and fused_calls["add_rms_norm"] > 0
-    _assert_same_run("mamba1", fused, plain, torch.bfloat16)
+    _assert_same_run("mamba1", fused, plain, torch.float32)
 
 
 @pytest.mark.gpu

@@ -53,6 +53,11 @@ def _check(
     check_same_device(named)
 
 
+def _fused(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor) -> bool:
+    dtypes = (x.dtype, conv_state.dtype, weight.dtype)
+    return x.device.type == "cuda" and torch.float64 not in dtypes
+
+
 @triton_backed_op("conv1d_step")
 def conv1d_step(
     x: torch.Tensor,
@@ -80,8 +85,7 @@ def conv1d_step(
     _check(x, conv_state, weight, bias)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     new_state = torch.empty(conv_state.shape, dtype=conv_state.dtype, device=conv_state.device)
-    dtypes = (x.dtype, conv_state.dtype, weight.dtype)
-    if x.device.type == "cuda" and torch.float64 not in dtypes:
+    if _fused(x, conv_state, weight):
         from ssmscan.ops.conv1d_step import triton_fwd
 
         triton_fwd.launch(x, conv_state, weight, bias, silu, out, new_state)
