@@ -18,13 +18,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import ssmscan.models.lm_base as lm_base_mod
 import ssmscan.models.mamba as mamba_mod
 import ssmscan.models.mamba2 as mamba2_mod
+import ssmscan.ops.causal_conv1d.op as causal_conv1d_op
 import ssmscan.ops.conv1d_step.op as conv1d_step_op
 import ssmscan.ops.rms_norm.op as rms_norm_op
 from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, MambaLM
 from ssmscan.models.inference import fused_inference
 from ssmscan.testing import assert_close_to_reference
 
-FUSED_OPS = ("rms_norm", "add_rms_norm", "gated_rms_norm", "conv1d_step")
+FUSED_OPS = ("rms_norm", "add_rms_norm", "gated_rms_norm", "conv1d_step", "causal_conv1d")
 ODD = Mamba2Config(
     d_model=36, n_layer=3, vocab_size=100, d_state=5, d_conv=3, headdim=12, ngroups=3,
     bias=True, D_has_hdim=True, dt_limit=(0.002, 0.05), seed=7,
@@ -50,9 +51,11 @@ class _CountSsmscanOps(TorchDispatchMode):
 
 
 def _prefill_and_decode(model, ids, prompt):
-    """Logits of a prefill over ids[:, :prompt] and decode steps over the rest; the last state."""
-    logits, state = model(ids[:, :prompt])
-    steps = [logits]
+    """Logits of a prefill over ids[:, :prompt] in two chunks (the second continuing from the
+    first's state) and decode steps over the rest; the last state."""
+    first, state = model(ids[:, : prompt // 2])
+    logits, state = model(ids[:, prompt // 2 : prompt], state)
+    steps = [first, logits]
     for t in range(prompt, ids.shape[1]):
         step, state = model(ids[:, t : t + 1], state)
         steps.append(step)
@@ -96,11 +99,12 @@ def test_fused_wiring_gives_the_pytorch_models_results(monkeypatch, name, dtype)
     with torch.no_grad(), _CountSsmscanOps() as counter:
         got = _prefill_and_decode(model, ids, 6)
     _assert_same_run(name, got, want, dtype)
-    n_layer, calls = model.config.n_layer, 4  # one prefill and three decode steps
+    n_layer, calls = model.config.n_layer, 5  # two prefill chunks and three decode steps
     assert counter.calls["rms_norm"] == calls  # the first block's pre-norm
     assert counter.calls["add_rms_norm"] == n_layer * calls  # the others' and norm_f
     assert counter.calls["gated_rms_norm"] == (n_layer * calls if model.config.rmsnorm else 0)
-    assert counter.calls["conv1d_step"] == n_layer * (calls - 1)
+    assert counter.calls["causal_conv1d"] == n_layer * 2
+    assert counter.calls["conv1d_step"] == n_layer * 3
     with _CountSsmscanOps() as counter:  # grad mode, parameters requiring grad: PyTorch's path
         model(ids)
     assert not any(counter.calls[op] for op in FUSED_OPS)
@@ -118,7 +122,9 @@ def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32):
     with torch.no_grad(), _CountSsmscanOps() as counter:
         got = _prefill_and_decode(model, ids, 7)
     _assert_same_run("mamba1", got, want, torch.bfloat16)
-    assert counter.calls["add_rms_norm"] == cfg.n_layer * 3
+    assert counter.calls["add_rms_norm"] == cfg.n_layer * 4  # two prefill chunks, two steps
+    assert counter.calls["causal_conv1d"] == cfg.n_layer * 2
+    assert counter.calls["conv1d_step"] == cfg.n_layer * 2
 
 
 @pytest.mark.triton
@@ -126,15 +132,14 @@ def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32):
     os.environ.get("TRITON_INTERPRET") != "1",
     reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
 )
-@pytest.mark.parametrize(
-    "name,dtype",
-    [("odd", torch.float32), ("nogate", torch.float32), ("tiny", torch.bfloat16)],
-    ids=["odd-fp32", "nogate-fp32", "tiny-bf16"],
-)
-def test_fused_model_through_the_triton_interpreter(monkeypatch, name, dtype):
+@pytest.mark.parametrize("name", ["odd", "nogate", "tiny"])
+def test_fused_model_through_the_triton_interpreter(monkeypatch, name):
     """The whole fused path with the ops' Triton kernels (not their CPU paths) under the
-    interpreter: the norms read z and the conv step xBC as slices of in_proj's output, as on
-    CUDA. Against the float32 PyTorch model."""
+    interpreter: the norms read z and the convolutions xBC as slices of in_proj's output, as on
+    CUDA. Against the PyTorch model, in float32: the interpreter truncates float32 -> 16-bit casts
+    where a GPU rounds to nearest even, which biases a 16-bit model's drift (the bf16 model is
+    compared on the GPU)."""
+    dtype = torch.float32
     cfg = dataclasses.replace(CONFIGS[name], n_layer=2)
     ref_model = Mamba2LM.from_config(cfg).eval()
     model = copy.deepcopy(ref_model).to(dtype)
@@ -144,9 +149,33 @@ def test_fused_model_through_the_triton_interpreter(monkeypatch, name, dtype):
     _force_fused(monkeypatch)
     monkeypatch.setattr(rms_norm_op, "_fused", lambda x, w: True)
     monkeypatch.setattr(conv1d_step_op, "_fused", lambda x, s, w: True)
+    monkeypatch.setattr(causal_conv1d_op, "_fused", lambda x, *others: True)
     with torch.no_grad():
         got = _prefill_and_decode(model, ids, 6)
     _assert_same_run(name, got, want, dtype)
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
+)
+def test_fused_mamba1_through_the_triton_interpreter(monkeypatch):
+    """Mamba-1's fused path with the Triton kernels under the interpreter: the chunk convolution
+    reads x as the transposed slice of in_proj's output. Against the PyTorch model."""
+    cfg = dataclasses.replace(MambaConfig.preset("tiny"), n_layer=2)
+    ref_model = MambaLM.from_config(cfg).eval()
+    model = copy.deepcopy(ref_model)
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = _prefill_and_decode(ref_model, ids, 7)
+    _force_fused(monkeypatch)
+    monkeypatch.setattr(rms_norm_op, "_fused", lambda x, w: True)
+    monkeypatch.setattr(conv1d_step_op, "_fused", lambda x, s, w: True)
+    monkeypatch.setattr(causal_conv1d_op, "_fused", lambda x, *others: True)
+    with torch.no_grad():
+        got = _prefill_and_decode(model, ids, 7)
+    _assert_same_run("mamba1", got, want, torch.float32)
 
 
 def test_fused_inference_declines_off_cuda():
@@ -191,7 +220,7 @@ def test_gpu_fused_model_equals_pytorch_model(name, dtype):
                         generator=torch.Generator("cuda").manual_seed(1))  # fmt: skip
     fused, plain, fused_calls, plain_calls = _cuda_runs(model, ids, prompt)
     assert fused_calls["rms_norm"] > 0 and fused_calls["conv1d_step"] > 0
-    assert fused_calls["add_rms_norm"] > 0
+    assert fused_calls["add_rms_norm"] > 0 and fused_calls["causal_conv1d"] > 0
     assert (fused_calls["gated_rms_norm"] > 0) == cfg.rmsnorm
     assert not any(plain_calls[op] for op in FUSED_OPS)
     _assert_same_run(name, fused, plain, dtype)
@@ -200,11 +229,13 @@ def test_gpu_fused_model_equals_pytorch_model(name, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_fused_mamba1_model_equals_pytorch_model():
-    """Mamba-1's LM shares the pre-norm and final norm (float32: the kernels exactly)."""
+    """Mamba-1's LM: the shared norms, its chunk convolution and conv step (float32: the kernels
+    exactly)."""
     model = MambaLM.from_config(MambaConfig.preset("tiny")).to("cuda").eval()
     ids = torch.randint(0, 256, (2, 20), device="cuda")
     fused, plain, fused_calls, _ = _cuda_runs(model, ids, 17)
     assert fused_calls["rms_norm"] > 0 and fused_calls["add_rms_norm"] > 0
+    assert fused_calls["causal_conv1d"] > 0 and fused_calls["conv1d_step"] > 0
     _assert_same_run("mamba1", fused, plain, torch.float32)
 
 

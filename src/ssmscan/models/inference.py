@@ -1,8 +1,9 @@
 """When the models take their fused inference kernels.
 
-Note [fused inference]: on CUDA, when no gradient is needed, the models' norms and decode conv
-step run as one Triton kernel each (``ssmscan::rms_norm``, ``ssmscan::gated_rms_norm``,
-``ssmscan::conv1d_step``) instead of a dozen element-wise aten kernels. Which path runs is
+Note [fused inference]: on CUDA, when no gradient is needed, the models' norms, their prefill
+convolution and decode conv step run as one Triton kernel each (``ssmscan::rms_norm``,
+``ssmscan::add_rms_norm``, ``ssmscan::gated_rms_norm``, ``ssmscan::causal_conv1d``,
+``ssmscan::conv1d_step``) instead of a dozen element-wise aten kernels and layout copies. Which path runs is
 decided from the inputs alone: every tensor a plain CUDA tensor (parameters included; a fake or
 functional tensor of a trace is a subclass and does not count) in float16, bfloat16 or float32;
 no gradient needed (grad mode off, under ``torch.no_grad`` / ``torch.inference_mode``, or

@@ -32,6 +32,8 @@ from torch import nn
 
 from ssmscan.models.config import MambaConfig
 from ssmscan.models.inference import fused_inference
+from ssmscan.ops.causal_conv1d import op as _causal_conv1d_op  # noqa: F401  (registers the op)
+from ssmscan.ops.conv1d_step import op as _conv1d_step_op  # noqa: F401  (registers the op)
 from ssmscan.ops.rms_norm import op as _rms_norm_op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_scan.api import Impl, selective_scan
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
@@ -176,15 +178,22 @@ class MambaMixer(nn.Module):
         batch, length, _ = hidden_states.shape
         xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 * d_inner, L)
         x, z = xz.chunk(2, dim=1)
-        if conv_state is None:
-            conv_state = x.new_zeros(batch, self.d_inner, self.d_conv)
-        elif length == 1 and ssm_state is not None:
+        if conv_state is not None and length == 1 and ssm_state is not None:
             return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state)
-        # Note [conv state]
-        xpad = torch.cat([conv_state.to(x.dtype), x], dim=-1)
-        new_conv_state = xpad[:, :, -self.d_conv :].contiguous()
-        w = self.conv1d.weight
-        x = F.silu(F.conv1d(xpad[:, :, 1:], w, self.conv1d.bias, groups=self.d_inner))
+        w, bias = self.conv1d.weight, self.conv1d.bias
+        if fused_inference(x, conv_state, w, bias):
+            # Note [fused inference]: one kernel reads x in place, the state as its padding
+            xt, new_conv_state = torch.ops.ssmscan.causal_conv1d(
+                x.transpose(1, 2), conv_state, w[:, 0], bias, True
+            )
+            x = xt.transpose(1, 2)  # (batch, d_inner, L), token-major in memory
+        else:
+            if conv_state is None:
+                conv_state = x.new_zeros(batch, self.d_inner, self.d_conv)
+            # Note [conv state]
+            xpad = torch.cat([conv_state.to(x.dtype), x], dim=-1)
+            new_conv_state = xpad[:, :, -self.d_conv :].contiguous()
+            x = F.silu(F.conv1d(xpad[:, :, 1:], w, bias, groups=self.d_inner))
         dt, B, C = self._project(x.transpose(1, 2))  # (batch, L, ...)
         out, new_ssm_state = selective_scan(
             x,
@@ -211,11 +220,17 @@ class MambaMixer(nn.Module):
         self, x: torch.Tensor, z: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One decode step; x, z (batch, d_inner). Note [conv state] with L = 1."""
-        new_conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None].to(conv_state.dtype)], -1)
-        x = (new_conv_state * self.conv1d.weight[:, 0, :]).sum(-1).to(x.dtype)
-        if self.conv1d.bias is not None:
-            x = x + self.conv1d.bias
-        x = F.silu(x)
+        w, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
+        if fused_inference(x, conv_state, w, bias):  # Note [fused inference]
+            x, new_conv_state = torch.ops.ssmscan.conv1d_step(x, conv_state, w, bias, True)
+        else:
+            new_conv_state = torch.cat(
+                [conv_state[:, :, 1:], x[:, :, None].to(conv_state.dtype)], -1
+            )
+            x = (new_conv_state * w).sum(-1).to(x.dtype)
+            if bias is not None:
+                x = x + bias
+            x = F.silu(x)
         dt, B, C = self._project(x)
         args = (ssm_state, x, dt, -torch.exp(self.A_log.float()), B, C, self.D.float(), z)
         if self.impl == "reference":

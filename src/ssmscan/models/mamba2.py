@@ -41,6 +41,7 @@ from torch import nn
 from ssmscan.models.config import Mamba2Config
 from ssmscan.models.inference import fused_inference
 from ssmscan.models.mamba import RMSNorm
+from ssmscan.ops.causal_conv1d import op as _causal_conv1d_op  # noqa: F401  (registers the op)
 from ssmscan.ops.conv1d_step import op as _conv1d_step_op  # noqa: F401  (registers the op)
 from ssmscan.ops.rms_norm import op as _rms_norm_op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
@@ -229,20 +230,24 @@ class Mamba2Mixer(nn.Module):
         z, xBC, dt = torch.split(
             self.in_proj(hidden_states), [self.d_inner, self.conv_dim, self.nheads], dim=-1
         )
-        if conv_state is None:
-            conv_state = xBC.new_zeros(batch, self.conv_dim, self.d_conv)
-        elif length == 1 and ssm_state is not None and seq_idx is None:
+        if conv_state is not None and length == 1 and ssm_state is not None and seq_idx is None:
             return self._step(z[:, 0], xBC[:, 0], dt[:, 0], conv_state, ssm_state)
-        # Note [conv state] (ssmscan.models.mamba)
-        xpad = torch.cat([conv_state.to(xBC.dtype), xBC.transpose(1, 2)], dim=-1)
-        new_conv_state = xpad[:, :, -self.d_conv :]
         w, b = self.conv1d.weight, self.conv1d.bias
-        if seq_idx is None:
-            xBC = F.conv1d(xpad[:, :, 1:], w, b, groups=self.conv_dim)
-            new_conv_state = new_conv_state.contiguous()
+        if seq_idx is None and fused_inference(xBC, conv_state, w, b):
+            # Note [fused inference]: one kernel reads xBC in place, the state as its padding
+            xBC, new_conv_state = torch.ops.ssmscan.causal_conv1d(xBC, conv_state, w[:, 0], b, True)
         else:
-            xBC, new_conv_state = self._packed_conv(xpad, seq_idx)
-        xBC = F.silu(xBC).transpose(1, 2)  # (batch, L, conv_dim)
+            if conv_state is None:
+                conv_state = xBC.new_zeros(batch, self.conv_dim, self.d_conv)
+            # Note [conv state] (ssmscan.models.mamba)
+            xpad = torch.cat([conv_state.to(xBC.dtype), xBC.transpose(1, 2)], dim=-1)
+            new_conv_state = xpad[:, :, -self.d_conv :]
+            if seq_idx is None:
+                xBC = F.conv1d(xpad[:, :, 1:], w, b, groups=self.conv_dim)
+                new_conv_state = new_conv_state.contiguous()
+            else:
+                xBC, new_conv_state = self._packed_conv(xpad, seq_idx)
+            xBC = F.silu(xBC).transpose(1, 2)  # (batch, L, conv_dim)
         x, B, C = torch.split(
             xBC, [self.d_inner, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
         )

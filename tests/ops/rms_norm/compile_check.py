@@ -1,5 +1,5 @@
 """Compile the fused inference kernels (``ssmscan::gated_rms_norm`` / ``rms_norm`` and
-``ssmscan::conv1d_step``) for sm_90 without a GPU (run without TRITON_INTERPRET, which accepts
+``ssmscan::conv1d_step`` / ``causal_conv1d``) for sm_90 without a GPU (run without TRITON_INTERPRET, which accepts
 code the compiler rejects): every flag combination, 16-bit and float32 tensors, one-pass and
 two-pass norms. Prints one "<name> ok" line per case; exits non-zero on the first failure."""
 
@@ -12,6 +12,7 @@ import sys
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("run without TRITON_INTERPRET=1: this compiles for sm_90")
 
+from ssmscan.ops.causal_conv1d import triton_fwd as chunk_conv_fwd
 from ssmscan.ops.conv1d_step import triton_fwd as conv_fwd
 from ssmscan.ops.rms_norm import triton_fwd as norm_fwd
 from ssmscan.testing.triton_sm90 import compile_sm90
@@ -47,6 +48,20 @@ def main() -> None:
                     s_bias_d=1, BLOCK_D=128, KP=4, HAS_BIAS=has_bias, SILU=silu)  # fmt: skip
         compile_sm90(conv_fwd._conv1d_step_fwd_kernel, vals, 4)
         print(f"conv1d_step x={xt[1:]} state={st[1:]} bias={has_bias} silu={silu} ok")
+
+    for (xt, st), has_state, has_bias, silu in itertools.product(
+        (("*bf16", "*fp32"), ("*fp32", "*fp32"), ("*fp16", "*fp16")), (True, False), (True, False),
+        (True, False),
+    ):
+        vals = dict(x=xt, state=st, w=xt, bias=xt, out=xt, new_state=xt, L=2048, dim=1792,
+                    s_x_b=3352 * 2048, s_x_l=3352, s_x_d=1, s_s_b=7168, s_s_d=4, s_s_k=1,
+                    s_w_d=4, s_w_k=1, s_bias_d=1, K=4, KP=4, BLOCK_L=32, BLOCK_D=64,
+                    HAS_STATE=has_state, HAS_BIAS=has_bias, SILU=silu)  # fmt: skip
+        compile_sm90(chunk_conv_fwd._causal_conv1d_fwd_kernel, vals, 4)
+        print(
+            f"causal_conv1d x={xt[1:]} state={st[1:]} state={has_state} bias={has_bias} "
+            f"silu={silu} ok"
+        )
 
 
 if __name__ == "__main__":

@@ -77,15 +77,15 @@ def _causal_conv1d_fwd_kernel(
     if i_l == 0:
         # the next state: entry j is input L - K + j of x, or the old state's entry L + j
         o_k = tl.arange(0, KP).to(tl.int64)
-        t = L - K + o_k
+        t_n = L - K + o_k
         m_k = o_k < K
-        m_x = (m_k & (t >= 0))[None, :] & m_d[:, None]
-        b_n = tl.load(x_b + t[None, :] * s_x_l + o_d[:, None] * s_x_d, mask=m_x, other=0.0)
+        m_xn = (m_k & (t_n >= 0))[None, :] & m_d[:, None]
+        b_n = tl.load(x_b + t_n[None, :] * s_x_l + o_d[:, None] * s_x_d, mask=m_xn, other=0.0)
         if HAS_STATE:
-            m_s = (m_k & (t < 0))[None, :] & m_d[:, None]
-            p_s = s_b + o_d[:, None] * s_s_d + (t + K)[None, :] * s_s_k
-            b_s = tl.load(p_s, mask=m_s, other=0.0).to(x.dtype.element_ty)
-            b_n = tl.where((t >= 0)[None, :], b_n, b_s)
+            m_sn = (m_k & (t_n < 0))[None, :] & m_d[:, None]
+            p_sn = s_b + o_d[:, None] * s_s_d + (t_n + K)[None, :] * s_s_k
+            b_sn = tl.load(p_sn, mask=m_sn, other=0.0).to(x.dtype.element_ty)
+            b_n = tl.where((t_n >= 0)[None, :], b_n, b_sn)
         p_ns = new_state + i_b * dim * K + o_d[:, None] * K + o_k[None, :]
         tl.store(p_ns, b_n, mask=m_d[:, None] & m_k[None, :])
 
