@@ -131,8 +131,28 @@ def test_aoti_dynamic_length(block, dynamic_artifacts):
     res = dynamic_artifacts("aoti")
     assert res.report.realization == "loop"
     assert not any("ssmscan" in k for k in res.report.op_counts)
-    assert {"export", "decompose", "aoti compile", "aoti load"} <= set(res.report.stage_seconds)
+    stages = {"export", "decompose", "aoti compile", "aoti load probe", "aoti load"}
+    assert stages <= set(res.report.stage_seconds)
     _check(res, block, LENGTHS)
+
+
+def test_aoti_load_probe_turns_a_killed_loader_into_an_error(monkeypatch, tmp_path):
+    """Note [aoti load probe]: a package whose load kills the loading process (here the probe's
+    code raises SIGSEGV itself, standing in for a library that does) raises in the caller,
+    naming the signal and the compiler fix; a probe that exits with an error or succeeds lets
+    the build go on to its own load."""
+    import ssmscan.export.aoti as aoti
+
+    path = str(tmp_path / "model.pt2")
+    monkeypatch.setattr(
+        aoti, "_LOAD_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    )
+    with pytest.raises(RuntimeError, match=r"killed a fresh Python process \(SIGSEGV\).*CXX="):
+        aoti.probe_load(path)
+    monkeypatch.setattr(aoti, "_LOAD_PROBE", "raise SystemExit(3)")
+    aoti.probe_load(path)  # not a crash: left to the in-process load
+    monkeypatch.setattr(aoti, "_LOAD_PROBE", "pass")
+    aoti.probe_load(path)
 
 
 FRESH = textwrap.dedent(

@@ -11,10 +11,15 @@ nothing but torch. On CPU, token ids are range-checked inside the package (a cle
 strides into the package but runs them only where ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set (torch
 2.11-2.13 have no compile option that turns them on); :meth:`ExportResult.run` checks inputs
 against the signature itself.
+
+Before this process loads a package, a fresh process loads it (Note [aoti load probe]).
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import torch
@@ -38,6 +43,44 @@ def _inductor_configs() -> dict[str, Any]:
     if hasattr(torch._inductor.config.aot_inductor, "check_lowerbound"):
         return {"aot_inductor.check_lowerbound": False}
     return {}
+
+
+# Note [aoti load probe]: loading a package runs its shared library's initialisers. Where the
+# C++ compiler Inductor used links a libstdc++ other than the one this process loaded (a GPU
+# machine's compiler under /opt/gcc: a segfault in std::regex), loading kills the process, and
+# with it every result the caller held (``ssmscan report``'s other rows). A fresh process loads
+# it first: if that one dies by a signal, ``build`` raises instead. Any other failure there is
+# left to the in-process load, which raises its own error.
+_LOAD_PROBE = "import sys, torch; torch._inductor.aoti_load_package(sys.argv[1])"
+
+
+def probe_load(path: str, timeout_s: float = 600.0) -> None:
+    """Load the package at ``path`` in a fresh Python process (Note [aoti load probe]).
+
+    Raises:
+        RuntimeError: the process loading it was killed by a signal; the message names the
+            signal, the usual cause and the end of its stderr.
+    """
+    res = subprocess.run(
+        [sys.executable, "-c", _LOAD_PROBE, path],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if res.returncode >= 0:
+        return
+    try:
+        name = signal.Signals(-res.returncode).name
+    except ValueError:
+        name = f"signal {-res.returncode}"
+    tail = " | ".join(res.stderr.strip().splitlines()[-3:])
+    raise RuntimeError(
+        f"loading the AOTInductor package {path} killed a fresh Python process ({name}), so it "
+        "was not loaded here. The usual cause: the C++ compiler Inductor used links a libstdc++ "
+        "other than this Python's; build with the system compiler (CXX=/usr/bin/g++)."
+        + (f" Its stderr ended: {tail}" if tail else "")
+    )
 
 
 def build(
@@ -69,6 +112,8 @@ def build(
             ep, package_path=path, inductor_configs=_inductor_configs()
         )
     report.artifact_bytes = file_size(path)
+    with report.stage("aoti load probe"):
+        probe_load(path)
     with report.stage("aoti load"):
         runner = torch._inductor.aoti_load_package(path)
 
