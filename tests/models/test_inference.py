@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 import torch
+from mamba2_configs import ODD
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ssmscan.models.lm_base as lm_base_mod
@@ -26,10 +27,6 @@ from ssmscan.models.inference import fused_inference
 from ssmscan.testing import assert_close_to_reference
 
 FUSED_OPS = ("rms_norm", "add_rms_norm", "gated_rms_norm", "conv1d_step", "causal_conv1d")
-ODD = Mamba2Config(
-    d_model=36, n_layer=3, vocab_size=100, d_state=5, d_conv=3, headdim=12, ngroups=3,
-    bias=True, D_has_hdim=True, dt_limit=(0.002, 0.05), seed=7,
-)  # fmt: skip
 NOGATE = Mamba2Config(
     d_model=32, n_layer=2, vocab_size=64, d_state=8, headdim=16, rmsnorm=False, conv_bias=False,
     residual_in_fp32=False, seed=3,
@@ -127,11 +124,29 @@ def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32):
     assert counter.calls["conv1d_step"] == cfg.n_layer * 2
 
 
-@pytest.mark.triton
-@pytest.mark.skipif(
+INTERPRET = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
     reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
 )
+
+
+def _through_the_kernels(monkeypatch, ref_model, ids, prompt):
+    """(the fused path of a copy of ref_model with every op taking its Triton kernel, ref_model's
+    PyTorch path), each ``_prefill_and_decode``."""
+    model = copy.deepcopy(ref_model)
+    with torch.no_grad():
+        want = _prefill_and_decode(ref_model, ids, prompt)
+    _force_fused(monkeypatch)
+    monkeypatch.setattr(rms_norm_op, "_fused", lambda x, w: True)
+    monkeypatch.setattr(conv1d_step_op, "_fused", lambda x, s, w: True)
+    monkeypatch.setattr(causal_conv1d_op, "_fused", lambda x, *others: True)
+    with torch.no_grad():
+        got = _prefill_and_decode(model, ids, prompt)
+    return got, want
+
+
+@pytest.mark.triton
+@INTERPRET
 @pytest.mark.parametrize("name", ["odd", "nogate", "tiny"])
 def test_fused_model_through_the_triton_interpreter(monkeypatch, name):
     """The whole fused path with the ops' Triton kernels (not their CPU paths) under the
@@ -139,42 +154,20 @@ def test_fused_model_through_the_triton_interpreter(monkeypatch, name):
     CUDA. Against the PyTorch model, in float32: the interpreter truncates float32 -> 16-bit casts
     where a GPU rounds to nearest even, which biases a 16-bit model's drift (the bf16 model is
     compared on the GPU)."""
-    dtype = torch.float32
-    cfg = dataclasses.replace(CONFIGS[name], n_layer=2)
-    ref_model = Mamba2LM.from_config(cfg).eval()
-    model = copy.deepcopy(ref_model).to(dtype)
+    ref_model = Mamba2LM.from_config(dataclasses.replace(CONFIGS[name], n_layer=2)).eval()
     ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = _prefill_and_decode(ref_model, ids, 6)
-    _force_fused(monkeypatch)
-    monkeypatch.setattr(rms_norm_op, "_fused", lambda x, w: True)
-    monkeypatch.setattr(conv1d_step_op, "_fused", lambda x, s, w: True)
-    monkeypatch.setattr(causal_conv1d_op, "_fused", lambda x, *others: True)
-    with torch.no_grad():
-        got = _prefill_and_decode(model, ids, 6)
-    _assert_same_run(name, got, want, dtype)
+    got, want = _through_the_kernels(monkeypatch, ref_model, ids, 6)
+    _assert_same_run(name, got, want, torch.float32)
 
 
 @pytest.mark.triton
-@pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") != "1",
-    reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
-)
+@INTERPRET
 def test_fused_mamba1_through_the_triton_interpreter(monkeypatch):
     """Mamba-1's fused path with the Triton kernels under the interpreter: the chunk convolution
     reads x as the transposed slice of in_proj's output. Against the PyTorch model."""
     cfg = dataclasses.replace(MambaConfig.preset("tiny"), n_layer=2)
-    ref_model = MambaLM.from_config(cfg).eval()
-    model = copy.deepcopy(ref_model)
     ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        want = _prefill_and_decode(ref_model, ids, 7)
-    _force_fused(monkeypatch)
-    monkeypatch.setattr(rms_norm_op, "_fused", lambda x, w: True)
-    monkeypatch.setattr(conv1d_step_op, "_fused", lambda x, s, w: True)
-    monkeypatch.setattr(causal_conv1d_op, "_fused", lambda x, *others: True)
-    with torch.no_grad():
-        got = _prefill_and_decode(model, ids, 7)
+    got, want = _through_the_kernels(monkeypatch, MambaLM.from_config(cfg).eval(), ids, 7)
     _assert_same_run("mamba1", got, want, torch.float32)
 
 

@@ -11,6 +11,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from mamba2_configs import ODD
 
 from ssmscan.models import Mamba2Block, Mamba2Config, Mamba2LM, Mamba2Mixer, MambaState
 from ssmscan.models.mamba2 import GatedRMSNorm
@@ -18,12 +19,6 @@ from ssmscan.testing import assert_close_to_reference
 
 F32 = torch.float32
 TINY = Mamba2Config.preset("tiny")  # 8 heads of 16, 2 groups, N 16
-# Odd widths: d_inner 72 in 6 heads of 12 and 3 groups, N 5, d_conv 3, biases, D per channel,
-# a dt clamp, padded vocab 112 -> logits sliced to 100.
-ODD = Mamba2Config(
-    d_model=36, n_layer=3, vocab_size=100, d_state=5, d_conv=3, headdim=12, ngroups=3,
-    bias=True, D_has_hdim=True, dt_limit=(0.002, 0.05), seed=7,
-)  # fmt: skip
 # z gates inside the scan (no gated RMSNorm), no conv bias, one group.
 NOGATE = Mamba2Config(
     d_model=32, n_layer=2, vocab_size=64, d_state=8, headdim=16, rmsnorm=False, conv_bias=False,
