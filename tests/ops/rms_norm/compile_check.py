@@ -50,7 +50,9 @@ def main() -> None:
         print(f"conv1d_step x={xt[1:]} state={st[1:]} bias={has_bias} silu={silu} ok")
 
     for (xt, st), has_state, has_bias, silu in itertools.product(
-        (("*bf16", "*fp32"), ("*fp32", "*fp32"), ("*fp16", "*fp16")), (True, False), (True, False),
+        (("*bf16", "*fp32"), ("*fp32", "*fp32"), ("*fp16", "*fp16")),
+        (True, False),
+        (True, False),
         (True, False),
     ):
         vals = dict(x=xt, state=st, w=xt, bias=xt, out=xt, new_state=xt, L=2048, dim=1792,

@@ -23,7 +23,10 @@ def causal_conv1d(
     if length == 0:  # F.conv1d refuses an input shorter than its kernel
         return x.new_empty(batch, 0, dim), u
     out = F.conv1d(
-        u[:, :, 1:], weight.to(x.dtype)[:, None, :], None if bias is None else bias.to(x.dtype), groups=dim
+        u[:, :, 1:],
+        weight.to(x.dtype)[:, None, :],
+        None if bias is None else bias.to(x.dtype),
+        groups=dim,
     )
     if silu:
         out = F.silu(out)

@@ -24,6 +24,7 @@ from ssmscan.ops.causal_conv1d import cpu
 from ssmscan.ops.common.checks import (
     FLOAT_DTYPES,
     check_dtype,
+    check_ndim,
     check_same_device,
     check_shape,
     check_tensor,
@@ -39,8 +40,7 @@ def _check(
 ) -> None:
     check_tensor("x", x)
     check_dtype("x", x, FLOAT_DTYPES)
-    if x.dim() != 3:
-        raise ValueError(f"x must be (batch, L, dim); got {describe(x)}")
+    check_ndim("x", x, (3,), "(batch, L, dim)")
     check_tensor("weight", weight)
     check_dtype("weight", weight, FLOAT_DTYPES)
     if weight.dim() != 2 or weight.shape[0] != x.shape[2] or weight.shape[1] < 1:

@@ -21,10 +21,10 @@ from ssmscan._library import triton_backed_op
 from ssmscan.ops.common.checks import (
     FLOAT_DTYPES,
     check_dtype,
+    check_ndim,
     check_same_device,
     check_shape,
     check_tensor,
-    describe,
 )
 from ssmscan.ops.conv1d_step import cpu
 
@@ -35,8 +35,7 @@ def _check(
     for name, t in (("x", x), ("conv_state", conv_state), ("weight", weight)):
         check_tensor(name, t)
         check_dtype(name, t, FLOAT_DTYPES)
-    if conv_state.dim() != 3:
-        raise ValueError(f"conv_state must be (batch, dim, K); got {describe(conv_state)}")
+    check_ndim("conv_state", conv_state, (3,), "(batch, dim, K)")
     batch, dim, K = conv_state.shape
     check_shape("x", x, (batch, dim), "(batch, dim) as conv_state (batch, dim, K)")
     check_shape("weight", weight, (dim, K), "(dim, K) as conv_state (batch, dim, K)")
