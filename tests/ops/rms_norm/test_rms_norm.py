@@ -2,6 +2,8 @@
 GPU) against the float64 reference, argument checks, fakes, opcheck."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -283,3 +285,17 @@ def test_add_rms_norm_gpu(x_dtype, r_dtype, w_dtype, dim):
     x, residual, w = x.cuda(), residual.cuda(), w.cuda()
     out, h = torch.ops.ssmscan.add_rms_norm(x, residual, w, 1e-5)
     _check_add_rms_norm(out, h, x, residual, w)
+
+
+@pytest.mark.slow
+def test_fused_inference_kernels_compile_for_sm90():
+    """Every fused inference kernel (norms, conv step, chunk convolution), each flag combination,
+    through the real compiler for sm_90 (the interpreter accepts code the compiler rejects):
+    ``compile_check.py`` in a process without TRITON_INTERPRET."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "compile_check.py")
+    res = subprocess.run(
+        [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.stdout.count(" ok") == 120, res.stdout
