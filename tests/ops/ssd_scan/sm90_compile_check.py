@@ -161,6 +161,29 @@ def main() -> None:
                                    BLOCK_N=plan.dbc_block_n))  # fmt: skip
                 _check(f"dbc {t} f32_dot={f32_dot} flags={flags}",
                        triton_bwd._ssd_scan_bwd_dbc_kernel, vals, plan.warps_dbc, plan.stages)  # fmt: skip
+        if plan.split:  # the split forward: its states walk and output kernel at its tiles
+            st = t if plan.split_states_16 else "fp32"
+            for flags in (True, False):
+                vals = dict(x=f"*{t}", dt=f"*{t}", dt_bias="*fp32" if flags else None, A="*fp32",
+                            B=f"*{t}", seg="*i64" if flags else None,
+                            init="*fp32" if flags else None, dtp="*fp32", cs="*fp32",
+                            states=f"*{st}", final="*fp32", **sizes, SOFTPLUS=flags,
+                            HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags, HAS_SEG=flags,
+                            HAS_INIT=flags, CHUNK=plan.split_chunk, BLOCK_P=plan.split_block_p,
+                            BLOCK_N=plan.split_block_n, PRECISION=prec,
+                            F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip
+                _check(f"split states walk {t} flags={flags}",
+                       triton_walk._ssd_scan_states_walk_kernel, vals, plan.warps_split_states,
+                       plan.split_stages)  # fmt: skip
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
+                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
+                            dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,
+                            HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
+                            CHUNK=plan.split_chunk, BLOCK_P=plan.split_out_block_p,
+                            BLOCK_N=plan.split_out_block_n, PRECISION=prec,
+                            F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip
+                _check(f"split out {t} flags={flags}", triton_fwd._ssd_scan_fwd_out_kernel, vals,
+                       plan.warps_split_out, plan.split_out_stages)  # fmt: skip
         for flags in (True, False):
             vals = dict(states="*fp32", init="*fp32" if flags else None, final="*fp32",
                         cs="*fp32", seg="*i64" if flags else None, **sizes, HAS_INIT=flags,

@@ -107,6 +107,26 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
             assert_close_to_reference(f"d{k} ({family})", g, r_grads[k], dtype)
         if plan is None:  # float64: the CPU kernel, one family
             break
+    if plan is not None:
+        _check_split_forward(kw, dt_limit, plan, dtype, r_out, r_final)
+
+
+def _check_split_forward(kw, dt_limit, plan, dtype, r_out, r_final):
+    """The split forward (the states walk, then the chunk-parallel output kernel; operands in
+    x's dtype and states stored in it for 16-bit inputs) at the plan's chunk, in 16 x 16 state
+    tiles (several of them wherever headdim or dstate exceeds 16)."""
+    from ssmscan.ops.ssd_scan import triton_fwd
+
+    p = dataclasses.replace(plan, walk_min_programs=1, split=True, split_chunk=plan.chunk,
+                            split_block_p=16, split_block_n=16, split_out_block_p=16,
+                            split_out_block_n=16)  # fmt: skip
+    args = [kw.get(k) for k in ARGS]
+    out, final = empty_forward_outputs(kw["x"], kw["B"])
+    _poison([out, final])
+    triton_fwd.launch(*args, kw["dt_softplus"], float(dt_limit[0]), float(dt_limit[1]), out,
+                      final, plan=p)  # fmt: skip
+    assert_close_to_reference("out (split)", out, r_out, dtype)
+    assert_close_to_reference("final_states (split)", final, r_final, dtype)
 
 
 # (L, ngroups, options, dt_limit, dfinal given, chunk: None = the planner's (64))

@@ -64,6 +64,17 @@ class SSDPlan:
         dbc_heads: heads of a group per program of the backward's dB / dC kernel (more: their
             fp32 partial sums, summed afterwards).
         dbc_block_p, dbc_block_n: that kernel's loop step over headdim and its dstate block.
+        split: where the kernels walk, the forward walks only the states (the states walk,
+            writing the state entering each chunk) and reads them out in a chunk-parallel
+            output kernel (Note [SSD Triton split forward]) instead of the one walking launch.
+        split_chunk: its chunk; split_block_p, split_block_n: the states walk's tile;
+            warps_split_states, split_stages: its ``num_warps`` and ``num_stages``.
+        split_states_16: the states entering each chunk are stored in x's dtype (16-bit
+            inputs; float32 keeps float32).
+        split_f32_dot: its derived matmul operands stay float32 for 16-bit inputs (else
+            rounded to x's dtype, as mamba-ssm does).
+        split_out_block_p, split_out_block_n, warps_split_out, split_out_stages: the output
+            kernel's headdim block, dstate step, ``num_warps`` and ``num_stages``.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -95,6 +106,18 @@ class SSDPlan:
     dbc_heads: int = 8
     dbc_block_p: int = 32
     dbc_block_n: int = 32
+    split: bool = False
+    split_chunk: int = 64
+    split_block_p: int = 64
+    split_block_n: int = 64
+    warps_split_states: int = 4
+    split_stages: int = 2
+    split_states_16: bool = True
+    split_f32_dot: bool = False
+    split_out_block_p: int = 64
+    split_out_block_n: int = 64
+    warps_split_out: int = 8
+    split_out_stages: int = 2
 
 
 def _pad(n: int) -> int:
@@ -193,6 +216,20 @@ def _plan_ssd(
         dbc_heads=8,
         dbc_block_p=min(pp, 32),
         dbc_block_n=min(np_, 32 if dtype == torch.float32 else 128),
+        # 16-bit inputs: the split forward (Note [SSD Triton split forward]), its derived
+        # operands and the states it stores rounded to x's dtype as mamba-ssm rounds them
+        split=dtype != torch.float32,
+        split_chunk=chunk,
+        split_block_p=min(pp, 64),
+        split_block_n=min(np_, 64),
+        warps_split_states=4,
+        split_stages=2,
+        split_states_16=True,
+        split_f32_dot=False,
+        split_out_block_p=min(pp, 64),
+        split_out_block_n=min(np_, 64),
+        warps_split_out=8 if min(pp, 64) * chunk >= 64 * 64 else 4,
+        split_out_stages=2,
     )
 
 

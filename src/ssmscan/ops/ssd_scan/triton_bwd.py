@@ -53,6 +53,7 @@ from ssmscan.ops.ssd_scan.common import segment_ids
 from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
 from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
 from ssmscan.ops.ssd_scan.triton_fwd import (
+    _cast,
     _dot,
     _last,
     _pair_decay,
@@ -198,7 +199,7 @@ def _ssd_scan_bwd_dx_kernel(
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
-    b_M = (b_cb * b_decay).to(DOT)
+    b_M = _cast(b_cb * b_decay, DOT, EMULATE)
     b_Mt = tl.trans(b_M)
     o_k = tl.arange(0, BLOCK_K)
     b_dk = tl.sum(tl.load(dk + (i_bh * NC + i_c) * NBLK + o_k, mask=o_k < NBLK, other=0.0), 0)
@@ -231,14 +232,14 @@ def _ssd_scan_bwd_dx_kernel(
             b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
             o_st = o_state + o_p[None, :] * N + o_n[:, None]  # (BLOCK_N, BLOCK_P)
             m_st = m_n[:, None] & m_p[None, :]
-            b_St = tl.load(states + o_st, mask=m_st, other=0.0).to(DOT)
-            b_dSt = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
+            b_St = _cast(tl.load(states + o_st, mask=m_st, other=0.0), DOT, EMULATE)
+            b_dSt = _cast(tl.load(dstates + o_st, mask=m_st, other=0.0), DOT, EMULATE)
             b_off += _dot(b_C, b_St, PRECISION, EMULATE)
             b_dxs += _dot(b_B, b_dSt, PRECISION, EMULATE)
         b_dxs = b_dxs * b_e[:, None]
         b_off = b_off * b_w[:, None]
-        b_Xd = b_X.to(DOT)
-        b_gd = b_g.to(DOT)
+        b_Xd = _cast(b_X, DOT, EMULATE)
+        b_gd = _cast(b_g, DOT, EMULATE)
         b_y = b_off + _dot(b_M, b_Xd, PRECISION, EMULATE)
         if HAS_D:
             if D_PER_HEAD:
@@ -271,7 +272,9 @@ def _ssd_scan_bwd_dx_kernel(
         if HAS_Z:
             b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
             b_g = b_g * b_z * tl.sigmoid(b_z)
-        b_gx += _dot(b_g.to(DOT), tl.trans(b_X.to(DOT)), PRECISION, EMULATE)
+        b_gx += _dot(
+            _cast(b_g, DOT, EMULATE), tl.trans(_cast(b_X, DOT, EMULATE)), PRECISION, EMULATE
+        )
     # da_k, the gradient of the k-th increment of cs, sums the terms that contain it: the decay
     # matrix's over the pairs j < k <= i (w_end's term is the last row's, i = CHUNK - 1),
     # w_start's over i >= k, the carry's always; no difference of large sums
@@ -384,15 +387,15 @@ def _ssd_scan_bwd_dbc_kernel(
                 b_g = b_g * b_z * tl.sigmoid(b_z)
             o_st = o_state + o_p[:, None] * N + o_n[None, :]  # (BLOCK_P, BLOCK_N)
             m_st = m_p[:, None] & m_n[None, :]
-            b_S = tl.load(states + o_st, mask=m_st, other=0.0).to(DOT)
-            b_dS = tl.load(dstates + o_st, mask=m_st, other=0.0).to(DOT)
-            b_gd = b_g.to(DOT)
-            b_Xd = b_X.to(DOT)
-            b_dC += _dot((b_g * b_w[:, None]).to(DOT), b_S, PRECISION, EMULATE)
-            b_dB += _dot((b_X * b_e[:, None]).to(DOT), b_dS, PRECISION, EMULATE)
+            b_S = _cast(tl.load(states + o_st, mask=m_st, other=0.0), DOT, EMULATE)
+            b_dS = _cast(tl.load(dstates + o_st, mask=m_st, other=0.0), DOT, EMULATE)
+            b_gd = _cast(b_g, DOT, EMULATE)
+            b_Xd = _cast(b_X, DOT, EMULATE)
+            b_dC += _dot(_cast(b_g * b_w[:, None], DOT, EMULATE), b_S, PRECISION, EMULATE)
+            b_dB += _dot(_cast(b_X * b_e[:, None], DOT, EMULATE), b_dS, PRECISION, EMULATE)
             b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, EMULATE)
         b_dcb += b_gx * _pair_decay(b_ld, b_s, CHUNK, HAS_SEG)
-    b_dcbd = b_dcb.to(DOT)
+    b_dcbd = _cast(b_dcb, DOT, EMULATE)
     b_dC += _dot(b_dcbd, b_B, PRECISION, EMULATE)
     b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, EMULATE)
     if NS > 1:

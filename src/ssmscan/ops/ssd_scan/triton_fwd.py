@@ -25,6 +25,14 @@ decays (time steps of a few units, A near -24), where the difference keeps no di
 near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the state passing) take
 no difference.
 
+Note [SSD Triton split forward]: where batch x heads fill the GPU, the forward runs in two
+launches: the states walk of ``triton_walk`` (one program per sequence, head and (headdim,
+dstate) tile walks the chunks in turn with its state on chip and writes the state entering each
+chunk, in x's dtype for 16-bit inputs) and step 3's output kernel, every chunk in parallel. The
+walk's steps are one small matmul each and independent of one another but for the state
+update, so the chunks' loads overlap; the output kernel's chunks run in parallel. Nothing is
+passed in place: the states cross memory once each way.
+
 Operands of the matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to it for
 16-bit inputs, as in mamba-ssm); float32 operands at the plan's ``precision``. The states are
 float32 (b, chunks, nheads, headdim, dstate). Packed sequences (``seq_idx``) enter as segment ids
@@ -120,6 +128,19 @@ def _round_tf32(a):
     i = a.to(tl.int32, bitcast=True)
     i = (i + 0xFFF + ((i >> 13) & 1)) & -8192
     return i.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _cast(a, T: tl.constexpr, EMULATE: tl.constexpr):
+    """float32 ``a`` in dtype T, rounded to nearest even as the GPU rounds. EMULATE (Triton's
+    interpreter, 3.6, which truncates a float32 -> bfloat16 cast): rounded in float32 first, so
+    the cast is exact."""
+    if EMULATE:
+        if T == tl.bfloat16:
+            i = a.to(tl.int32, bitcast=True)
+            i = (i + 0x7FFF + ((i >> 16) & 1)) & -65536
+            a = i.to(tl.float32, bitcast=True)
+    return a.to(T)
 
 
 @triton.jit
@@ -235,7 +256,7 @@ def _ssd_scan_fwd_state_kernel(
         DOT = tl.float32
     else:
         DOT = v.dtype.element_ty
-    b_v = (b_v * b_coef[None, :]).to(DOT)
+    b_v = _cast(b_v * b_coef[None, :], DOT, EMULATE)
     o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
     b_u = tl.load(u + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
     b_acc = _dot(b_v, b_u, PRECISION, EMULATE)
@@ -350,17 +371,18 @@ def _ssd_scan_fwd_out_kernel(
         m_bc = m_t[:, None] & m_n[None, :]
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
-        b_St = tl.load(p_state + o_p[None, :] * N + o_n[:, None],
-                       mask=m_n[:, None] & m_p[None, :], other=0.0).to(DOT)  # fmt: skip
+        b_St = _cast(tl.load(p_state + o_p[None, :] * N + o_n[:, None],
+                             mask=m_n[:, None] & m_p[None, :], other=0.0).to(tl.float32),
+                     DOT, EMULATE)  # fmt: skip
         b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
         b_off += _dot(b_C, b_St, PRECISION, EMULATE)
     o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
     m_x = m_t[:, None] & m_p[None, :]
     b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
-    b_X = (b_x * b_d[:, None]).to(DOT)
+    b_X = _cast(b_x * b_d[:, None], DOT, EMULATE)
     b_decay = _pair_decay(_pair_log_decays(b_d, tl.load(A + i_h).to(tl.float32), CHUNK), b_s,
                           CHUNK, HAS_SEG)  # fmt: skip
-    b_M = (b_cb * b_decay).to(DOT)
+    b_M = _cast(b_cb * b_decay, DOT, EMULATE)
     b_y = b_off * b_w[:, None] + _dot(b_M, b_X, PRECISION, EMULATE)
     if HAS_D:
         if D_PER_HEAD:
@@ -530,6 +552,9 @@ def launch(
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     from ssmscan.ops.ssd_scan import triton_walk  # it builds on this module's helpers
 
+    if triton_walk.walks(batch, H, P, plan) and plan.split:
+        _launch_split(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out, final_states, plan)
+        return
     if triton_walk.walks(batch, H, P, plan):
         triton_walk.launch_forward(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out,
                                    final_states, plan)  # fmt: skip
@@ -545,6 +570,42 @@ def launch(
         HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.out_block_p,
         BLOCK_N=plan.block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
         EMULATE=plan.emulate, num_warps=plan.warps_out, num_stages=plan.stages,
+    )  # fmt: skip
+
+
+def _launch_split(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    init: torch.Tensor | None,
+    seg: torch.Tensor | None,
+    opts: dict,
+    out: torch.Tensor,
+    final_states: torch.Tensor,
+    plan: SSDPlan,
+) -> None:
+    """Note [SSD Triton split forward] on contiguous operands: the states walk, then the
+    chunk-parallel output kernel."""
+    from ssmscan.ops.ssd_scan import triton_walk
+
+    batch, L, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    f32_dot = plan.split_f32_dot and x.dtype != torch.float32
+    dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
+                                                opts, plan, f32_dot, forward=True)  # fmt: skip
+    NC = cdiv(L, plan.split_chunk)
+    grid = (NC, batch * H, cdiv(P, plan.split_out_block_p))
+    launcher(_ssd_scan_fwd_out_kernel)[grid](
+        x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
+        HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
+        HAS_SEG=seg is not None, CHUNK=plan.split_chunk, BLOCK_P=plan.split_out_block_p,
+        BLOCK_N=plan.split_out_block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
+        EMULATE=plan.emulate, num_warps=plan.warps_split_out, num_stages=plan.split_out_stages,
     )  # fmt: skip
 
 

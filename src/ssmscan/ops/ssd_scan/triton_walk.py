@@ -47,6 +47,7 @@ from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.ssd_scan.plan import SSDPlan
 from ssmscan.ops.ssd_scan.triton_fwd import (
+    _cast,
     _dot,
     _last,
     _pair_decay,
@@ -79,11 +80,11 @@ def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
 
 
 @triton.jit
-def _state_tile(i_p, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A program's (BLOCK_P, BLOCK_N) block of a (headdim, dstate) state: (headdim indices,
-    dstate indices, their masks, the block's mask, its offsets in a state)."""
+def _state_tile(i_p, i_n, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A program's (BLOCK_P, BLOCK_N) block (i_p, i_n) of a (headdim, dstate) state: (headdim
+    indices, dstate indices, their masks, the block's mask, its offsets in a state)."""
     o_p = i_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    o_n = tl.arange(0, BLOCK_N)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_p = o_p < P
     m_n = o_n < N
     return o_p, o_n, m_p, m_n, m_p[:, None] & m_n[None, :], o_p[:, None] * N + o_n[None, :]
@@ -182,7 +183,7 @@ def _ssd_scan_fwd_walk_kernel(
     else:
         DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, P, N, BLOCK_P, BLOCK_N)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, 0, P, N, BLOCK_P, BLOCK_N)
     b_S = _start_state(init + i_bh * P * N, o_pn, m_pn, HAS_INIT, BLOCK_P, BLOCK_N)
     a = tl.load(A + i_h).to(tl.float32)
     if HAS_D:
@@ -211,17 +212,18 @@ def _ssd_scan_fwd_walk_kernel(
         b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
         # C Bᵀ from the inputs as they are (exact products), the decays after
         b_cb = _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
-        b_M = (b_cb * _pair_decay(_pair_log_decays(b_d, a, CHUNK), b_s, CHUNK, HAS_SEG)).to(DOT)
+        b_M = _cast(b_cb * _pair_decay(_pair_log_decays(b_d, a, CHUNK), b_s, CHUNK, HAS_SEG), DOT,
+                    EMULATE)  # fmt: skip
         b_Cd = b_C.to(DOT)
-        b_y = _dot(b_M, (b_x * b_d[:, None]).to(DOT), PRECISION, EMULATE)
-        b_y += b_w[:, None] * _dot(b_Cd, tl.trans(b_S.to(DOT)), PRECISION, EMULATE)
+        b_y = _dot(b_M, _cast(b_x * b_d[:, None], DOT, EMULATE), PRECISION, EMULATE)
+        b_y += b_w[:, None] * _dot(b_Cd, tl.trans(_cast(b_S, DOT, EMULATE)), PRECISION, EMULATE)
         if HAS_D:
             b_y += b_D[None, :] * b_x
         if HAS_Z:
             b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
             b_y = b_y * b_z * tl.sigmoid(b_z)
         tl.store(out + o_x, b_y.to(out.dtype.element_ty), mask=m_x)
-        b_xe = tl.trans(b_x * b_e[:, None]).to(DOT)  # (BLOCK_P, CHUNK)
+        b_xe = _cast(tl.trans(b_x * b_e[:, None]), DOT, EMULATE)  # (BLOCK_P, CHUNK)
         b_S = b_k * b_S + _dot(b_xe, b_B.to(DOT), PRECISION, EMULATE)
     tl.store(final + i_bh * P * N + o_pn, b_S, mask=m_pn)
 
@@ -272,7 +274,8 @@ def _ssd_scan_states_walk_kernel(
     init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step, 0 past L: output
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk: output
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk: output
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 or x's dtype: the state entering each
+    # chunk, output
     final,  # (batch, nheads, headdim, dstate) fp32 output
     L,  # time steps
     H,  # nheads
@@ -290,14 +293,16 @@ def _ssd_scan_states_walk_kernel(
     HAS_INIT: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
-    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
+    BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else x's dtype
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
-    """Note [SSD Triton walking backward], the states."""
+    """Note [SSD Triton walking backward], the states; also the forward's first launch (Note
+    [SSD Triton split forward])."""
     i_bh = tl.program_id(0).to(tl.int64)
     i_p = tl.program_id(1)
+    i_n = tl.program_id(2)
     i_b = i_bh // H
     i_h = i_bh % H
     i_g = i_h // (H // G)
@@ -306,7 +311,7 @@ def _ssd_scan_states_walk_kernel(
     else:
         DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, P, N, BLOCK_P, BLOCK_N)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, i_n, P, N, BLOCK_P, BLOCK_N)
     b_S = _start_state(init + i_bh * P * N, o_pn, m_pn, HAS_INIT, BLOCK_P, BLOCK_N)
     a = tl.load(A + i_h).to(tl.float32)
     s_prev = tl.full((), 0, tl.int64)
@@ -317,14 +322,15 @@ def _ssd_scan_states_walk_kernel(
             dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
             HAS_MIN, HAS_MAX, HAS_SEG, CHUNK,
         )  # fmt: skip
-        if i_p == 0:
+        if (i_p == 0) & (i_n == 0):
             o_hq = i_bh * NC * CHUNK + c * CHUNK + o_i
             tl.store(dtp + o_hq, b_d)
             tl.store(cs + o_hq, b_cs)
-        tl.store(states + ((i_b * NC + c) * H + i_h) * P * N + o_pn, b_S, mask=m_pn)
+        tl.store(states + ((i_b * NC + c) * H + i_h) * P * N + o_pn,
+                 _cast(b_S, states.dtype.element_ty, EMULATE), mask=m_pn)  # fmt: skip
         o_x = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
         b_xe = tl.load(x + o_x, mask=m_p[:, None] & m_t[None, :], other=0.0).to(tl.float32)
-        b_xe = (b_xe * b_e[None, :]).to(DOT)  # (BLOCK_P, CHUNK)
+        b_xe = _cast(b_xe * b_e[None, :], DOT, EMULATE)  # (BLOCK_P, CHUNK)
         o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
         b_B = tl.load(B + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
         b_S = b_k * b_S + _dot(b_xe, b_B, PRECISION, EMULATE)
@@ -372,7 +378,7 @@ def _ssd_scan_dstates_walk_kernel(
     else:
         DOT = dout.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, P, N, BLOCK_P, BLOCK_N)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, 0, P, N, BLOCK_P, BLOCK_N)
     b_dS = _start_state(dfinal + i_bh * P * N, o_pn, m_pn, HAS_DFINAL, BLOCK_P, BLOCK_N)
     for r in range(0, NC):
         c = NC - 1 - r
@@ -399,7 +405,7 @@ def _ssd_scan_dstates_walk_kernel(
             b_g = b_g * b_z * tl.sigmoid(b_z)
         o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
         b_C = tl.load(C + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
-        b_dS = b_k * b_dS + _dot((b_g * b_w[None, :]).to(DOT), b_C, PRECISION, EMULATE)
+        b_dS = b_k * b_dS + _dot(_cast(b_g * b_w[None, :], DOT, EMULATE), b_C, PRECISION, EMULATE)
     if HAS_INIT:
         tl.store(dinit + i_bh * P * N + o_pn, b_dS.to(dinit.dtype.element_ty), mask=m_pn)
 
@@ -416,23 +422,33 @@ def launch_states(
     dt_opts: dict,
     plan: SSDPlan,
     f32_dot: bool,
+    forward: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``triton_fwd.recompute_states`` by walking: (dtp, cs, states entering each chunk) on
-    contiguous operands; ``final`` written."""
+    contiguous operands; ``final`` written. ``forward``: the split forward's tiles and chunk
+    (``plan.split_*``) and its states in x's dtype where the plan says so; else the backward's
+    (float32 states)."""
     batch, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    Q = plan.chunk
+    if forward:
+        Q, bp, bn = plan.split_chunk, plan.split_block_p, plan.split_block_n
+        warps, stages = plan.warps_split_states, plan.split_stages
+        sdtype = x.dtype if plan.split_states_16 else torch.float32
+    else:
+        Q, bp, bn = plan.chunk, plan.walk_block_p, plan.walk_block_n
+        warps, stages, sdtype = plan.warps_walk, plan.walk_stages, torch.float32
     NC = cdiv(L, Q)
     f32, dev = torch.float32, x.device
     dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
     cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
-    states = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
-    grid = (batch * H, headdim_blocks(P, plan))
+    # allocated flat: see triton_fwd.recompute_states
+    states = torch.empty((batch * NC * H * P * N,), dtype=sdtype, device=dev)
+    grid = (batch * H, cdiv(P, bp), cdiv(N, bn))
     launcher(_ssd_scan_states_walk_kernel)[grid](
         x, dt, dt_bias, A, B, seg, init, dtp, cs, states, final, L, H, P, G, N, NC, **dt_opts,
-        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=Q, BLOCK_P=plan.walk_block_p,
-        BLOCK_N=plan.walk_block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
-        EMULATE=plan.emulate, num_warps=plan.warps_walk, num_stages=plan.walk_stages,
+        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=Q, BLOCK_P=bp, BLOCK_N=bn,
+        PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
+        num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return dtp, cs, states
 
@@ -454,7 +470,7 @@ def launch_dstates(
     ``dk``'s partial sums (batch, nheads, chunks, ``headdim_blocks``) and ``dinit``."""
     batch, L, H, P = dout.shape
     G, N = C.shape[2], C.shape[3]
-    NC = states.shape[1]
+    NC = cdiv(L, plan.chunk)
     dstates = torch.empty_like(states)
     nblk = headdim_blocks(P, plan)
     launcher(_ssd_scan_dstates_walk_kernel)[(batch * H, nblk)](
