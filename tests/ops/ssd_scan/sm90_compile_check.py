@@ -103,14 +103,6 @@ def main() -> None:
                             **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
-                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
-                            dt=f"*{t}", dt_bias="*fp32" if flags else None, A="*fp32", B=f"*{t}",
-                            C=f"*{t}", seg="*i64" if flags else None,
-                            init="*fp32" if flags else None, out=f"*{t}", final="*fp32",
-                            **sizes, SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags,
-                            HAS_MAX=flags, HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags,
-                            HAS_SEG=flags, HAS_INIT=flags, **dict(common, CHUNK=plan.walk_chunk,
-                            BLOCK_P=plan.walk_block_p, BLOCK_N=plan.walk_block_n))  # fmt: skip
                 if plan.walk_min_programs > 0 and not flags:  # the backward's, once a dtype
                     walk_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
                                       BLOCK_N=plan.walk_block_n)  # fmt: skip
@@ -136,10 +128,6 @@ def main() -> None:
                         _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags}",
                                triton_walk._ssd_scan_dstates_walk_kernel, vals_d, plan.warps_walk,
                                1)  # fmt: skip
-                if plan.walk_min_programs > 0:  # the planner's walking dtypes
-                    _check(f"walk {t} f32_dot={f32_dot} flags={flags}",
-                           triton_walk._ssd_scan_fwd_walk_kernel, vals, plan.warps_walk,
-                           plan.walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
                             dt_bias="*fp32" if flags else None, A="*fp32",
                             Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",

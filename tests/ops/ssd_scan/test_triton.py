@@ -84,16 +84,15 @@ def _run_launchers(kw, dt_limit, dout, dfinal, plan):
 
 
 def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
-    """Both kernel families, walking (at the plan's chunk) and three-launch, forward and
-    backward, against float64."""
+    """Both kernel families, forward and backward, against float64: walking (the split forward
+    for 16-bit inputs, the walking backward) and three-launch; then the split forward alone."""
     dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
     plans = {"walking": plan, "three-launch": plan}
     if plan is not None:
         # the dB / dC kernel: two heads a program (partial sums over a group's splits) with the
         # walks, all of a group's heads with the three launches
-        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, walk_chunk=plan.chunk,
-                                                dbc_heads=2),
+        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, dbc_heads=2),
                  "three-launch": dataclasses.replace(plan, walk_min_programs=0,
                                                      dbc_heads=1 << 30)}  # fmt: skip
     for family, p in plans.items():
@@ -295,8 +294,8 @@ def test_gpu_op(L, dt, ssd_inputs):
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 @pytest.mark.parametrize("L", [63, 1000])
 def test_gpu_op_walking(L, dt, ssd_inputs):
-    """Enough heads to fill the device: the planner's walking forward (Note [SSD Triton walking
-    forward]) with every option, against float64."""
+    """Enough heads to fill the device: the planner's walks (the split forward, Note [SSD
+    Triton split forward]; the walking backward) with every option, against float64."""
     from ssmscan.ops.common.device import device_facts
     from ssmscan.ops.ssd_scan.triton_walk import walks
 

@@ -95,22 +95,22 @@ def test_plan_is_cached_frozen_and_replaceable():
     assert q.chunk == 32 and plan_ssd(24, 64, 1, 128, BF16, H200).chunk == 64
 
 
-# (batch, nheads, headdim, dstate, facts) -> (walks, its chunk, headdim block, dstate block,
-# warps): the
-# forward walks (one launch, the state on chip) where batch x heads x headdim blocks fill the
-# H200's 132 multiprocessors (16-bit inputs: float32 never walks on a GPU, Note [SSD Triton
-# walking forward]); one long sequence of few heads keeps the three-launch forward,
-# whose chunks run in parallel. Under the interpreter both are tested, the planner walks.
+# (batch, nheads, headdim, dstate, facts) -> (walks, the backward walks' headdim block, dstate
+# block, warps): the kernels walk (the split forward's states, the backward's states and their
+# gradients, the state on chip) where batch x heads x headdim blocks fill the H200's 132
+# multiprocessors (16-bit inputs: float32 never walks on a GPU); one long sequence of few heads
+# keeps the three-launch forward and the backward's passing, whose chunks run in parallel.
+# Under the interpreter both are tested, the planner walks.
 WALK_TABLE = [
-    ((8, 80, 64, 128, H200), (True, 32, 64, 128, 8)),  # mamba2-2.7b
-    ((16, 24, 64, 128, H200), (True, 32, 64, 128, 8)),  # mamba2-130m
-    ((2, 128, 64, 128, H200), (True, 32, 64, 128, 8)),  # Codestral-like
-    ((1, 48, 64, 128, H200), (False, 32, 64, 128, 8)),  # one long sequence: 48 programs
-    ((1, 132, 64, 128, H200), (True, 32, 64, 128, 8)),
-    ((1, 131, 64, 128, H200), (False, 32, 64, 128, 8)),
-    ((2, 48, 128, 256, H200), (True, 16, 32, 256, 8)),  # wide states: headdim blocks of 32
-    ((4, 8, 32, 16, H200), (False, 32, 32, 16, 4)),
-    ((1, 1, 4, 8, INTERPRETED), (True, 32, 16, 16, 4)),
+    ((8, 80, 64, 128, H200), (True, 64, 128, 8)),  # mamba2-2.7b
+    ((16, 24, 64, 128, H200), (True, 64, 128, 8)),  # mamba2-130m
+    ((2, 128, 64, 128, H200), (True, 64, 128, 8)),  # Codestral-like
+    ((1, 48, 64, 128, H200), (False, 64, 128, 8)),  # one long sequence: 48 programs
+    ((1, 132, 64, 128, H200), (True, 64, 128, 8)),
+    ((1, 131, 64, 128, H200), (False, 64, 128, 8)),
+    ((2, 48, 128, 256, H200), (True, 32, 256, 8)),  # wide states: headdim blocks of 32
+    ((4, 8, 32, 16, H200), (False, 32, 16, 4)),
+    ((1, 1, 4, 8, INTERPRETED), (True, 16, 16, 4)),
 ]
 
 
@@ -121,8 +121,7 @@ def test_walk_table(shape, expected):
     batch, h, p, n, facts = shape
     plan = plan_ssd(h, p, 1, n, BF16, facts)
     assert not walks(batch, h, p, plan_ssd(h, p, 1, n, FP32, facts)) or not facts.compiled
-    got = (walks(batch, h, p, plan), plan.walk_chunk, plan.walk_block_p, plan.walk_block_n,
-           plan.warps_walk)  # fmt: skip
+    got = (walks(batch, h, p, plan), plan.walk_block_p, plan.walk_block_n, plan.warps_walk)
     assert got == expected
 
 

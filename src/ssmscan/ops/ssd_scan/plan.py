@@ -52,13 +52,11 @@ class SSDPlan:
             rounding emulated; 0.72e-2 at TF32).
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
-        walk_min_programs: the kernels walk (``triton_walk``: the forward in one launch,
-            the backward's chunk states and their gradients in one launch each, the state on
-            chip) when they have at least this many programs (batch x heads x headdim blocks);
-            fewer, the three-launch forward and the backward's state passing, whose chunks run
-            in parallel. 0: never walks.
-        walk_chunk: the walking forward's chunk (the backward's walks use ``chunk``: its
-            other kernels read their states per chunk).
+        walk_min_programs: the kernels walk (``triton_walk``: the chunk states of the split
+            forward, the backward's chunk states and their gradients in one launch each, the
+            state on chip) when they have at least this many programs (batch x heads x
+            headdim blocks); fewer, the three-launch forward and the backward's state passing,
+            whose chunks run in parallel. 0: never walks.
         walk_block_p, walk_block_n: the walks' headdim block and dstate block (the whole
             padded dstate: the state row stays on chip).
         warps_walk, walk_stages: their ``num_warps`` and ``num_stages``.
@@ -99,7 +97,6 @@ class SSDPlan:
     f32_dot: bool = True
     emulate: bool = False
     walk_min_programs: int = 0
-    walk_chunk: int = 64
     walk_block_p: int = 64
     walk_block_n: int = 128
     warps_walk: int = 8
@@ -203,9 +200,8 @@ def _plan_ssd(
         walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
         if facts.compiled
         else 1,
-        # one stage, chunk 32 for (64, 128) states: no spills at 8 warps (223 registers; chunk
-        # 64 spills 1.0-1.9 KB, two stages 56 B); chunk 16 for (32, 256) ones (chunk 32: 284 B)
-        walk_chunk=32 if np_ <= 128 else 16,
+        # the backward's walks: the whole state row (the dstates walk sums dk over it), one
+        # stage, 8 warps for (64, 128) tiles: 214-240 registers, no spills (sm_90)
         walk_block_p=min(pp, 64 if np_ <= 128 else 32),
         walk_block_n=np_,
         warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,

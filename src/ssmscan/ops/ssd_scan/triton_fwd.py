@@ -552,12 +552,8 @@ def launch(
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     from ssmscan.ops.ssd_scan import triton_walk  # it builds on this module's helpers
 
-    if triton_walk.walks(batch, H, P, plan) and plan.split:
+    if plan.split and triton_walk.walks(batch, H, P, plan):
         _launch_split(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out, final_states, plan)
-        return
-    if triton_walk.walks(batch, H, P, plan):
-        triton_walk.launch_forward(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out,
-                                   final_states, plan)  # fmt: skip
         return
     f32_dot = plan.f32_dot and x.dtype != torch.float32
     dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan,

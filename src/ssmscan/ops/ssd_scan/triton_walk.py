@@ -1,26 +1,14 @@
-"""The walking SSD kernels (CUDA): one program per sequence, head and headdim block walks the
-chunks in turn with its state on chip, chosen by the plan where batch x heads fill the GPU. The
-forward in one launch; for the backward, its chunk states and their gradients.
+"""The walking SSD kernels (CUDA): one program per sequence, head and state tile walks the
+chunks in turn with its state on chip, chosen by the plan where batch x heads fill the GPU: the
+chunk states (the split forward's first launch, Note [SSD Triton split forward] in
+``triton_fwd``, and the backward's) and their gradients.
 
-Note [SSD Triton walking forward]: one program per (batch x head, headdim block) walks its
-sequence chunk by chunk, holding the (headdim block, dstate) float32 state in registers. For
-chunk c, with the time steps ``dt``, ``cs = cumsum(dt A)`` and the pair decays of
-Note [SSD Triton forward] (each the exponential of a sum of its own increments):
-
-    y   = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x,     out = y silu(z)
-    S  <- exp(cs_last) S + (e ∘ dt x)ᵀ B,                     e_j = exp(sum_{k>j} dt_k A)
-
-with the same segment masks (``seq_idx``) as the three-launch forward. Nothing but the inputs,
-the output and the final state crosses memory: the three-launch forward writes, passes and reads
-a float32 (headdim, dstate) state per chunk and head, which at mamba2-2.7b's size is 2.7 of its
-3.35 GB of traffic. The price is parallelism: the chunks of a sequence run in turn, so the
-launch has only batch x heads x headdim blocks programs, and the planner
-(``plan.walk_min_programs``) keeps the three-launch forward where that is too few (one long
-sequence of few heads). The float32 operands of the matmuls follow the plan as in the
-three-launch forward, except C Bᵀ: products of the inputs themselves, exact in x's dtype. The
-registers bound the tiles: the plan's chunk is 32 (16 for dstate above 128), one stage, and
-float32 inputs (3xTF32 operands, which spill in every tile tried) do not walk
-(``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
+The walks trade parallelism for traffic: the chunks of a sequence run in turn, so a launch has
+only batch x heads x state tiles programs, and the planner (``plan.walk_min_programs``) keeps
+the launches whose chunks run in parallel where that is too few (one long sequence of few
+heads). A walk's steps are independent but for the state update, so its loads overlap; the
+registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and
+spills).
 
 Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
 walk, at the backward's chunk (``plan.chunk``: its other kernels read them per chunk), one
@@ -50,8 +38,6 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     _cast,
     _dot,
     _last,
-    _pair_decay,
-    _pair_log_decays,
     _time_step,
     precision,
 )
@@ -63,7 +49,7 @@ def headdim_blocks(headdim: int, plan: SSDPlan) -> int:
 
 
 def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
-    """The kernels walk (Notes [SSD Triton walking forward] and [SSD Triton walking backward]):
+    """The kernels walk (Notes [SSD Triton split forward] and [SSD Triton walking backward]):
     the plan allows it and a walk has at least ``plan.walk_min_programs`` programs. A symbolic
     batch (``torch.compile`` with dynamic sizes) walks only where every batch it stands for
     does, without a guard."""
@@ -130,134 +116,6 @@ def _chunk_decays(
         b_e = tl.where(b_s == s_last, b_e, 0.0)
         b_k = tl.where(s_last == s_prev, b_k, 0.0)
     return b_d, b_cs, b_e, b_k, b_s, s_last
-
-
-# --- the forward ----------------------------------------------------------------------------------
-
-
-@triton.jit
-def _ssd_scan_fwd_walk_kernel(
-    x,  # (batch, L, nheads, headdim)
-    z,  # (batch, L, nheads, headdim) gate (HAS_Z)
-    Dv,  # (nheads, headdim) or (nheads,) skip (HAS_D)
-    dt,  # (batch, L, nheads) raw time step
-    dt_bias,  # (nheads,) (HAS_BIAS)
-    A,  # (nheads,)
-    B,  # (batch, L, ngroups, dstate)
-    C,  # (batch, L, ngroups, dstate)
-    seg,  # (batch, L) int64 segment ids (HAS_SEG)
-    init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
-    out,  # (batch, L, nheads, headdim) output, x's dtype
-    final,  # (batch, nheads, headdim, dstate) float32 output
-    L,  # time steps
-    H,  # nheads
-    P,  # headdim
-    G,  # ngroups
-    N,  # dstate
-    dt_min,  # clamp of the time step (HAS_MIN)
-    dt_max,  # (HAS_MAX)
-    SOFTPLUS: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_MIN: tl.constexpr,
-    HAS_MAX: tl.constexpr,
-    HAS_D: tl.constexpr,
-    D_PER_HEAD: tl.constexpr,  # D is (nheads,)
-    HAS_Z: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    HAS_INIT: tl.constexpr,
-    CHUNK: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
-    PRECISION: tl.constexpr,
-    F32_DOT: tl.constexpr,  # derived matmul operands in float32 (at PRECISION); else x's dtype
-    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
-):
-    """Note [SSD Triton walking forward]."""
-    i_bh = tl.program_id(0).to(tl.int64)
-    i_p = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    i_g = i_h // (H // G)
-    if F32_DOT:
-        DOT = tl.float32
-    else:
-        DOT = x.dtype.element_ty
-    o_i = tl.arange(0, CHUNK)
-    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, 0, P, N, BLOCK_P, BLOCK_N)
-    b_S = _start_state(init + i_bh * P * N, o_pn, m_pn, HAS_INIT, BLOCK_P, BLOCK_N)
-    a = tl.load(A + i_h).to(tl.float32)
-    if HAS_D:
-        if D_PER_HEAD:
-            b_D = tl.load(Dv + i_h + 0 * o_p).to(tl.float32)
-        else:
-            b_D = tl.load(Dv + i_h * P + o_p, mask=m_p, other=0.0).to(tl.float32)
-    s_prev = tl.full((), 0, tl.int64)
-    for c in range(0, tl.cdiv(L, CHUNK)):
-        o_t = c * CHUNK + o_i
-        m_t = o_t < L
-        b_d, b_cs, b_e, b_k, b_s, s_last = _chunk_decays(
-            dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
-            HAS_MIN, HAS_MAX, HAS_SEG, CHUNK,
-        )  # fmt: skip
-        b_w = tl.exp(b_cs)  # decay from the chunk's start through step i
-        if HAS_SEG:
-            b_w = tl.where(b_s == s_prev, b_w, 0.0)
-        s_prev = s_last
-        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
-        m_bc = m_t[:, None] & m_n[None, :]
-        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0)
-        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0)
-        o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
-        m_x = m_t[:, None] & m_p[None, :]
-        b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
-        # C Bᵀ from the inputs as they are (exact products), the decays after
-        b_cb = _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
-        b_M = _cast(b_cb * _pair_decay(_pair_log_decays(b_d, a, CHUNK), b_s, CHUNK, HAS_SEG), DOT,
-                    EMULATE)  # fmt: skip
-        b_Cd = b_C.to(DOT)
-        b_y = _dot(b_M, _cast(b_x * b_d[:, None], DOT, EMULATE), PRECISION, EMULATE)
-        b_y += b_w[:, None] * _dot(b_Cd, tl.trans(_cast(b_S, DOT, EMULATE)), PRECISION, EMULATE)
-        if HAS_D:
-            b_y += b_D[None, :] * b_x
-        if HAS_Z:
-            b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
-            b_y = b_y * b_z * tl.sigmoid(b_z)
-        tl.store(out + o_x, b_y.to(out.dtype.element_ty), mask=m_x)
-        b_xe = _cast(tl.trans(b_x * b_e[:, None]), DOT, EMULATE)  # (BLOCK_P, CHUNK)
-        b_S = b_k * b_S + _dot(b_xe, b_B.to(DOT), PRECISION, EMULATE)
-    tl.store(final + i_bh * P * N + o_pn, b_S, mask=m_pn)
-
-
-def launch_forward(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    init: torch.Tensor | None,
-    seg: torch.Tensor | None,
-    dt_opts: dict,
-    out: torch.Tensor,
-    final_states: torch.Tensor,
-    plan: SSDPlan,
-) -> None:
-    """Launch ``_ssd_scan_fwd_walk_kernel`` on contiguous operands (``seg``: segment ids or
-    None; ``dt_opts``: ``triton_fwd.dt_flags``) into ``out`` and ``final_states``."""
-    batch, L, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    f32_dot = plan.f32_dot and x.dtype != torch.float32
-    grid = (batch * H, cdiv(P, plan.walk_block_p))
-    launcher(_ssd_scan_fwd_walk_kernel)[grid](
-        x, z, D, dt, dt_bias, A, B, C, seg, init, out, final_states, L, H, P, G, N, **dt_opts,
-        HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=plan.walk_chunk,
-        BLOCK_P=plan.walk_block_p, BLOCK_N=plan.walk_block_n, PRECISION=precision(plan, x.dtype),
-        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_walk,
-        num_stages=plan.walk_stages,
-    )  # fmt: skip
 
 
 # --- the backward's chunk states and their gradients ----------------------------------------------
