@@ -158,3 +158,27 @@ def test_walks_with_a_symbolic_batch(nheads, expected):
     assert walks(batch, nheads, 64, plan) is expected  # 2 x 80 >= 132 > 2 x 60
     assert walks(4, nheads, 64, plan)  # a concrete batch of 4 fills it either way
     assert not env.guards
+
+
+# (nheads, headdim, dstate, dtype, facts) -> the split forward (Note [SSD Triton split forward]):
+# (on, chunk, states tile, its warps and stages, 16-bit states, float32 operands, output tile
+# (headdim block, dstate step), its warps). 16-bit inputs split where the kernels walk; float32
+# keeps the three-launch forward.
+SPLIT_TABLE = [
+    ((80, 64, 128, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((24, 64, 128, FP16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((32, 128, 256, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((48, 32, 16, BF16, H200), (True, 64, (32, 16), 4, 2, True, False, (32, 16), 4)),
+    ((24, 64, 128, FP32, H200), (False, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((4, 4, 8, BF16, INTERPRETED), (True, 64, (16, 16), 4, 2, True, False, (16, 16), 4)),
+]
+
+
+@pytest.mark.parametrize("shape,expected", SPLIT_TABLE, ids=[str(r[0][:4]) for r in SPLIT_TABLE])
+def test_split_table(shape, expected):
+    h, p, n, dtype, facts = shape
+    q = plan_ssd(h, p, 1, n, dtype, facts)
+    got = (q.split, q.split_chunk, (q.split_block_p, q.split_block_n), q.warps_split_states,
+           q.split_stages, q.split_states_16, q.split_f32_dot,
+           (q.split_out_block_p, q.split_out_block_n), q.warps_split_out)  # fmt: skip
+    assert got == expected
