@@ -552,56 +552,26 @@ def launch(
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     from ssmscan.ops.ssd_scan import triton_walk  # it builds on this module's helpers
 
-    if plan.split and triton_walk.walks(batch, H, P, plan):
-        _launch_split(x, dt, A, B, C, D, z, dt_bias, init, seg, opts, out, final_states, plan)
-        return
-    f32_dot = plan.f32_dot and x.dtype != torch.float32
-    dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts, plan,
-                                       f32_dot)  # fmt: skip
-    NC = cdiv(L, plan.chunk)
-    grid = (NC, batch * H, cdiv(P, plan.out_block_p))
+    if plan.split and triton_walk.walks(batch, H, P, plan):  # Note [SSD Triton split forward]
+        f32_dot = plan.split_f32_dot and x.dtype != torch.float32
+        dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
+                                                    opts, plan, f32_dot, forward=True)  # fmt: skip
+        chunk, block_p, block_n = plan.split_chunk, plan.split_out_block_p, plan.split_out_block_n
+        warps, stages = plan.warps_split_out, plan.split_out_stages
+    else:
+        f32_dot = plan.f32_dot and x.dtype != torch.float32
+        dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts,
+                                           plan, f32_dot)  # fmt: skip
+        chunk, block_p, block_n = plan.chunk, plan.out_block_p, plan.block_n
+        warps, stages = plan.warps_out, plan.stages
+    NC = cdiv(L, chunk)
+    grid = (NC, batch * H, cdiv(P, block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
         x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, CHUNK=plan.chunk, BLOCK_P=plan.out_block_p,
-        BLOCK_N=plan.block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
-        EMULATE=plan.emulate, num_warps=plan.warps_out, num_stages=plan.stages,
-    )  # fmt: skip
-
-
-def _launch_split(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    D: torch.Tensor | None,
-    z: torch.Tensor | None,
-    dt_bias: torch.Tensor | None,
-    init: torch.Tensor | None,
-    seg: torch.Tensor | None,
-    opts: dict,
-    out: torch.Tensor,
-    final_states: torch.Tensor,
-    plan: SSDPlan,
-) -> None:
-    """Note [SSD Triton split forward] on contiguous operands: the states walk, then the
-    chunk-parallel output kernel."""
-    from ssmscan.ops.ssd_scan import triton_walk
-
-    batch, L, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    f32_dot = plan.split_f32_dot and x.dtype != torch.float32
-    dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
-                                                opts, plan, f32_dot, forward=True)  # fmt: skip
-    NC = cdiv(L, plan.split_chunk)
-    grid = (NC, batch * H, cdiv(P, plan.split_out_block_p))
-    launcher(_ssd_scan_fwd_out_kernel)[grid](
-        x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
-        HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, CHUNK=plan.split_chunk, BLOCK_P=plan.split_out_block_p,
-        BLOCK_N=plan.split_out_block_n, PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot,
-        EMULATE=plan.emulate, num_warps=plan.warps_split_out, num_stages=plan.split_out_stages,
+        HAS_SEG=seg is not None, CHUNK=chunk, BLOCK_P=block_p, BLOCK_N=block_n,
+        PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
+        num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 

@@ -95,8 +95,7 @@ def _chunk_decays(
 ):  # fmt: skip
     """Chunk c's time steps (0 past L), ``cs = cumsum(dt A)``, ``e_j = dt_j exp(sum_{k>j} dt_k
     A)`` masked to the chunk's last sequence, the chunk's decay ``exp(cs_last)`` (0 where a
-    sequence starts inside it), the steps' segments and the last one's (``s_prev`` without
-    segments)."""
+    sequence starts inside it) and the last step's segment (``s_prev`` without segments)."""
     o_i = tl.arange(0, CHUNK)
     o_t = c * CHUNK + o_i
     p_dt = dt + (i_b * L + o_t) * H + i_h
@@ -108,17 +107,16 @@ def _chunk_decays(
     b_cs = tl.cumsum(b_d * a, 0)
     b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
     b_k = tl.exp(_last(b_cs, CHUNK))
-    b_s = o_i  # unused without segments
     s_last = s_prev
     if HAS_SEG:
         b_s = tl.load(seg + i_b * L + tl.minimum(o_t, L - 1))
         s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
         b_e = tl.where(b_s == s_last, b_e, 0.0)
         b_k = tl.where(s_last == s_prev, b_k, 0.0)
-    return b_d, b_cs, b_e, b_k, b_s, s_last
+    return b_d, b_cs, b_e, b_k, s_last
 
 
-# --- the backward's chunk states and their gradients ----------------------------------------------
+# --- the chunk states (the split forward's and the backward's) and their gradients --------------
 
 
 @triton.jit
@@ -176,7 +174,7 @@ def _ssd_scan_states_walk_kernel(
     for c in range(0, NC):
         o_t = c * CHUNK + o_i
         m_t = o_t < L
-        b_d, b_cs, b_e, b_k, _, s_prev = _chunk_decays(
+        b_d, b_cs, b_e, b_k, s_prev = _chunk_decays(
             dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
             HAS_MIN, HAS_MAX, HAS_SEG, CHUNK,
         )  # fmt: skip
