@@ -104,7 +104,7 @@ def main() -> None:
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
                 if plan.walk_min_programs > 0 and not flags:  # the backward's, once a dtype
-                    walk_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
+                    walk_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,  # dstates
                                       BLOCK_N=plan.walk_block_n)  # fmt: skip
                     for all_flags in (True, False):
                         vals_s = dict(x=f"*{t}", dt=f"*{t}",
@@ -114,10 +114,12 @@ def main() -> None:
                                       cs="*fp32", states="*fp32", final="*fp32", **sizes,
                                       SOFTPLUS=all_flags, HAS_BIAS=all_flags, HAS_MIN=all_flags,
                                       HAS_MAX=all_flags, HAS_SEG=all_flags, HAS_INIT=all_flags,
-                                      **dict(common, **walk_tiles))  # fmt: skip
+                                      **dict(common, CHUNK=plan.chunk,
+                                             BLOCK_P=plan.states_walk_block_p,
+                                             BLOCK_N=plan.states_walk_block_n))  # fmt: skip
                         _check(f"states walk {t} f32_dot={f32_dot} flags={all_flags}",
-                               triton_walk._ssd_scan_states_walk_kernel, vals_s, plan.warps_walk,
-                               1)  # fmt: skip
+                               triton_walk._ssd_scan_states_walk_kernel, vals_s,
+                               plan.warps_states_walk, plan.states_walk_stages)  # fmt: skip
                         vals_d = dict(dout=f"*{t}", z=f"*{t}" if all_flags else None, C=f"*{t}",
                                       seg="*i64" if all_flags else None, cs="*fp32",
                                       states="*fp32", dfinal="*fp32" if all_flags else None,
@@ -127,7 +129,7 @@ def main() -> None:
                                       **dict(common, **walk_tiles))  # fmt: skip
                         _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags}",
                                triton_walk._ssd_scan_dstates_walk_kernel, vals_d, plan.warps_walk,
-                               1)  # fmt: skip
+                               plan.walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
                             dt_bias="*fp32" if flags else None, A="*fp32",
                             Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
@@ -157,12 +159,13 @@ def main() -> None:
                             init="*fp32" if flags else None, dtp="*fp32", cs="*fp32",
                             states=f"*{st}", final="*fp32", **sizes, SOFTPLUS=flags,
                             HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags, HAS_SEG=flags,
-                            HAS_INIT=flags, CHUNK=plan.split_chunk, BLOCK_P=plan.split_block_p,
-                            BLOCK_N=plan.split_block_n, PRECISION=prec,
+                            HAS_INIT=flags, CHUNK=plan.split_chunk,
+                            BLOCK_P=plan.states_walk_block_p,
+                            BLOCK_N=plan.states_walk_block_n, PRECISION=prec,
                             F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip
                 _check(f"split states walk {t} flags={flags}",
-                       triton_walk._ssd_scan_states_walk_kernel, vals, plan.warps_split_states,
-                       plan.split_stages)  # fmt: skip
+                       triton_walk._ssd_scan_states_walk_kernel, vals, plan.warps_states_walk,
+                       plan.states_walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
                             dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,

@@ -117,7 +117,7 @@ def _check_split_forward(kw, dt_limit, plan, dtype, r_out, r_final):
     from ssmscan.ops.ssd_scan import triton_fwd
 
     p = dataclasses.replace(plan, walk_min_programs=1, split=True, split_chunk=plan.chunk,
-                            split_block_p=16, split_block_n=16, split_out_block_p=16,
+                            states_walk_block_p=16, states_walk_block_n=16, split_out_block_p=16,
                             split_out_block_n=16)  # fmt: skip
     args = [kw.get(k) for k in ARGS]
     out, final = empty_forward_outputs(kw["x"], kw["B"])
@@ -190,7 +190,8 @@ def test_triton_interpreter_blocks(ssd_inputs):
     kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3, **FULL)
     plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, state_block_p=16,
                                state_block_n=16, out_block_p=16, block_p=16, block_n=16,
-                               pass_block=256, walk_block_p=16)  # fmt: skip
+                               pass_block=256, walk_block_p=16, states_walk_block_p=16,
+                               states_walk_block_n=16)  # fmt: skip
     _check(kw, (0.0, INF), True, plan, torch.float32, 21)
 
 

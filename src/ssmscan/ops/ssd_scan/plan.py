@@ -57,17 +57,19 @@ class SSDPlan:
             state on chip) when they have at least this many programs (batch x heads x
             headdim blocks); fewer, the three-launch forward and the backward's state passing,
             whose chunks run in parallel. 0: never walks.
-        walk_block_p, walk_block_n: the walks' headdim block and dstate block (the whole
-            padded dstate: the state row stays on chip).
-        warps_walk, walk_stages: their ``num_warps`` and ``num_stages``.
+        walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
+            block (the whole padded dstate: it sums ``dk`` over the state row on chip).
+        warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
+        states_walk_block_p, states_walk_block_n: the states walk's tile (the split
+            forward's first launch and the backward's chunk states);
+            warps_states_walk, states_walk_stages: its ``num_warps`` and ``num_stages``.
         dbc_heads: heads of a group per program of the backward's dB / dC kernel (more: their
             fp32 partial sums, summed afterwards).
         dbc_block_p, dbc_block_n: that kernel's loop step over headdim and its dstate block.
         split: where the kernels walk, the forward walks only the states (the states walk,
             writing the state entering each chunk) and reads them out in a chunk-parallel
             output kernel (Note [SSD Triton split forward]) instead of the one walking launch.
-        split_chunk: its chunk; split_block_p, split_block_n: the states walk's tile;
-            warps_split_states, split_stages: its ``num_warps`` and ``num_stages``.
+        split_chunk: its chunk.
         split_states_16: the states entering each chunk are stored in x's dtype (16-bit
             inputs; float32 keeps float32).
         split_f32_dot: its derived matmul operands stay float32 for 16-bit inputs (else
@@ -101,15 +103,15 @@ class SSDPlan:
     walk_block_n: int = 128
     warps_walk: int = 8
     walk_stages: int = 2
+    states_walk_block_p: int = 64
+    states_walk_block_n: int = 64
+    warps_states_walk: int = 4
+    states_walk_stages: int = 2
     dbc_heads: int = 8
     dbc_block_p: int = 32
     dbc_block_n: int = 32
     split: bool = False
     split_chunk: int = 64
-    split_block_p: int = 64
-    split_block_n: int = 64
-    warps_split_states: int = 4
-    split_stages: int = 2
     split_states_16: bool = True
     split_f32_dot: bool = False
     split_out_block_p: int = 64
@@ -200,12 +202,21 @@ def _plan_ssd(
         walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
         if facts.compiled
         else 1,
-        # the backward's walks: the whole state row (the dstates walk sums dk over it), one
-        # stage, 8 warps for (64, 128) tiles: 214-240 registers, no spills (sm_90)
+        # the dstates walk: the whole state row (it sums dk over it), one stage, 8 warps for
+        # (64, 128) tiles: 214-240 registers, no spills (sm_90)
         walk_block_p=min(pp, 64 if np_ <= 128 else 32),
         walk_block_n=np_,
         warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,
         walk_stages=1,
+        # the states walk (the split forward's and the backward's): (64, 64) tiles at 4 warps,
+        # 2 stages, the fastest of six for the forward on an H100 at mamba2-2.7b's and -130m's
+        # sizes (0.40 / 0.23 ms; (64, 128) at 8 warps 0.49 / 0.28, one stage 0.59 / 0.31); the
+        # backward's (float32 states, TF32 operands) 0.64 / 0.38 ms there against 1.09 / 0.64
+        # at the dstates walk's (64, 128) tile
+        states_walk_block_p=min(pp, 64),
+        states_walk_block_n=min(np_, 64),
+        warps_states_walk=4,
+        states_walk_stages=2,
         # dB / dC: 8 heads a program (fp32 partial sums over a group's splits), the whole
         # dstate up to 128 for 16-bit inputs: g·Xᵀ and the x / dout / z tiles once per head,
         # not once per dstate block (255 registers, no spills at 8 warps, sm_90); float32's
@@ -217,16 +228,11 @@ def _plan_ssd(
         # operands and the states it stores rounded to x's dtype as mamba-ssm rounds them
         # (float32 states: 1.31x its time at mamba2-2.7b's size; TF32 operands 1.44x). Measured
         # on an H100 at mamba2-2.7b's and -130m's sizes (bf16): chunk 64 (128: the states walk
-        # 17% faster, the output kernel's (128, 128) tile 254 registers and 1.4x slower);
-        # states tiles (64, 64) at 4 warps, 2 stages, the fastest of six (0.40 / 0.23 ms;
-        # (64, 128) at 8 warps 0.49 / 0.28, one stage 0.59 / 0.31); the output kernel at 4
-        # warps (0.43 / 0.27 ms; 8 warps 0.57 / 0.33; headdim block 32 0.69 / 0.41)
+        # 17% faster, the output kernel's (128, 128) tile 254 registers and 1.4x slower); the
+        # output kernel at 4 warps (0.43 / 0.27 ms; 8 warps 0.57 / 0.33; headdim block 32
+        # 0.69 / 0.41)
         split=dtype != torch.float32,
         split_chunk=chunk,
-        split_block_p=min(pp, 64),
-        split_block_n=min(np_, 64),
-        warps_split_states=4,
-        split_stages=2,
         split_states_16=True,
         split_f32_dot=False,
         split_out_block_p=min(pp, 64),

@@ -281,18 +281,16 @@ def launch_states(
     forward: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``triton_fwd.recompute_states`` by walking: (dtp, cs, states entering each chunk) on
-    contiguous operands; ``final`` written. ``forward``: the split forward's tiles and chunk
-    (``plan.split_*``) and its states in x's dtype where the plan says so; else the backward's
-    (float32 states)."""
+    contiguous operands; ``final`` written; at the states walk's tile (``plan.states_walk_*``).
+    ``forward``: the split forward's chunk and its states in x's dtype where the plan says so;
+    else the backward's chunk and float32 states."""
     batch, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
+    Q, sdtype = plan.chunk, torch.float32
     if forward:
-        Q, bp, bn = plan.split_chunk, plan.split_block_p, plan.split_block_n
-        warps, stages = plan.warps_split_states, plan.split_stages
+        Q = plan.split_chunk
         sdtype = x.dtype if plan.split_states_16 else torch.float32
-    else:
-        Q, bp, bn = plan.chunk, plan.walk_block_p, plan.walk_block_n
-        warps, stages, sdtype = plan.warps_walk, plan.walk_stages, torch.float32
+    bp, bn = plan.states_walk_block_p, plan.states_walk_block_n
     NC = cdiv(L, Q)
     f32, dev = torch.float32, x.device
     dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
@@ -304,7 +302,7 @@ def launch_states(
         x, dt, dt_bias, A, B, seg, init, dtp, cs, states, final, L, H, P, G, N, NC, **dt_opts,
         HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=Q, BLOCK_P=bp, BLOCK_N=bn,
         PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
-        num_warps=warps, num_stages=stages,
+        num_warps=plan.warps_states_walk, num_stages=plan.states_walk_stages,
     )  # fmt: skip
     return dtp, cs, states
 
