@@ -184,14 +184,17 @@ def test_triton_interpreter_16bit(dt, ssd_inputs):
 
 @pytest.mark.triton
 @_INTERP
-def test_triton_interpreter_blocks(ssd_inputs):
+@pytest.mark.parametrize("seq_idx", [True, False], ids=["seq_idx", "one-sequence"])
+def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
     """headdim and dstate over several blocks (the loops over headdim and dstate blocks, partial
-    last blocks), 3 heads a group."""
-    kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3, **FULL)
+    last blocks, the walks' state tiles and their partial sums of the carries' gradients), 3
+    heads a group; with one sequence every chunk's carry enters the gradients."""
+    kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3,
+                    **dict(FULL, seq_idx=seq_idx))  # fmt: skip
     plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, state_block_p=16,
                                state_block_n=16, out_block_p=16, block_p=16, block_n=16,
-                               pass_block=256, walk_block_p=16, states_walk_block_p=16,
-                               states_walk_block_n=16)  # fmt: skip
+                               pass_block=256, walk_block_p=16, walk_block_n=16,
+                               states_walk_block_p=16, states_walk_block_n=16)  # fmt: skip
     _check(kw, (0.0, INF), True, plan, torch.float32, 21)
 
 

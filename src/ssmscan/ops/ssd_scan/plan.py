@@ -58,7 +58,7 @@ class SSDPlan:
             headdim blocks); fewer, the three-launch forward and the backward's state passing,
             whose chunks run in parallel. 0: never walks.
         walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
-            block (the whole padded dstate: it sums ``dk`` over the state row on chip).
+            block (each tile writes its partial sum of ``dk``).
         warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
         states_walk_block_p, states_walk_block_n: the states walk's tile (the split
             forward's first launch and the backward's chunk states);
@@ -202,8 +202,8 @@ def _plan_ssd(
         walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
         if facts.compiled
         else 1,
-        # the dstates walk: the whole state row (it sums dk over it), one stage, 8 warps for
-        # (64, 128) tiles: 214-240 registers, no spills (sm_90)
+        # the dstates walk: the whole state row, one stage, 8 warps for (64, 128) tiles:
+        # 214-240 registers, no spills (sm_90)
         walk_block_p=min(pp, 64 if np_ <= 128 else 32),
         walk_block_n=np_,
         warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,

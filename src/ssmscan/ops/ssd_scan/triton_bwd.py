@@ -477,7 +477,7 @@ def launch(
     if triton_walk.walks(batch, H, P, plan):  # Note [SSD Triton walking backward]
         dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts,
                                                     plan, f32_dot)  # fmt: skip
-        nblk = triton_walk.headdim_blocks(int(P), plan)
+        nblk = triton_walk.dstates_blocks(int(P), int(N), plan)
         dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
         dstates = triton_walk.launch_dstates(dout, z, C, seg, cs, states, dfinal,
                                              grads.get("initial_states"), dk, plan, f32_dot)  # fmt: skip

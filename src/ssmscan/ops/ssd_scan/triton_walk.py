@@ -18,8 +18,8 @@ launch each instead of two:
   steps, the log-decays ``cs`` within each chunk, the state entering each chunk, the final
   state), keeping S on chip: no chunk's own state is written, read and rewritten by a pass.
 * ``_ssd_scan_dstates_walk_kernel`` walks backwards from ``dS = dfinal``: it writes
-  ``dS_{c+1}`` for chunk c, the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c`` (one a headdim
-  block), then ``dS <- k_c dS + sum_j w_j g_j C_jᵀ`` (``g = dout silu(z)``, ``w_j = exp(cs_j)``
+  ``dS_{c+1}`` for chunk c, the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c`` (one a state
+  tile), then ``dS <- k_c dS + sum_j w_j g_j C_jᵀ`` (``g = dout silu(z)``, ``w_j = exp(cs_j)``
   masked to the sequence entering the chunk), and ``dinitial_states = dS_0``: Note [SSD Triton
   backward]'s steps 2 and 3 without the read-out gradients' round trip through memory.
 """
@@ -44,8 +44,13 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
 
 
 def headdim_blocks(headdim: int, plan: SSDPlan) -> int:
-    """Programs per sequence and head of a walk (the backward's partial sums of ``dk``)."""
+    """Headdim blocks of the dstates walk (what ``walks`` counts its programs by)."""
     return cdiv(headdim, plan.walk_block_p)
+
+
+def dstates_blocks(headdim: int, dstate: int, plan: SSDPlan) -> int:
+    """Programs per sequence and head of the dstates walk: its partial sums of ``dk``."""
+    return headdim_blocks(headdim, plan) * cdiv(dstate, plan.walk_block_n)
 
 
 def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
@@ -211,14 +216,14 @@ def _ssd_scan_dstates_walk_kernel(
     G,  # ngroups
     N,  # dstate
     NC,  # chunks
-    NBLK,  # headdim blocks (the grid's second axis)
+    NBLK,  # state tiles: headdim blocks (the grid's second axis) x dstate blocks (its third)
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_DFINAL: tl.constexpr,
     HAS_INIT: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
-    BLOCK_N: tl.constexpr,  # dstate padded: the whole state row
+    BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else dout's dtype
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
@@ -226,6 +231,8 @@ def _ssd_scan_dstates_walk_kernel(
     """Note [SSD Triton walking backward], the states' gradients."""
     i_bh = tl.program_id(0).to(tl.int64)
     i_p = tl.program_id(1)
+    i_n = tl.program_id(2)
+    i_blk = i_p * tl.num_programs(2) + i_n
     i_b = i_bh // H
     i_h = i_bh % H
     i_g = i_h // (H // G)
@@ -234,7 +241,7 @@ def _ssd_scan_dstates_walk_kernel(
     else:
         DOT = dout.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
-    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, 0, P, N, BLOCK_P, BLOCK_N)
+    o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, i_n, P, N, BLOCK_P, BLOCK_N)
     b_dS = _start_state(dfinal + i_bh * P * N, o_pn, m_pn, HAS_DFINAL, BLOCK_P, BLOCK_N)
     for r in range(0, NC):
         c = NC - 1 - r
@@ -243,7 +250,7 @@ def _ssd_scan_dstates_walk_kernel(
         o_st = ((i_b * NC + c) * H + i_h) * P * N + o_pn
         tl.store(dstates + o_st, b_dS, mask=m_pn)
         b_S = tl.load(states + o_st, mask=m_pn, other=0.0)
-        tl.store(dk + (i_bh * NC + c) * NBLK + i_p, tl.sum(tl.sum(b_dS * b_S, 1), 0))
+        tl.store(dk + (i_bh * NC + c) * NBLK + i_blk, tl.sum(tl.sum(b_dS * b_S, 1), 0))
         b_cs = tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + o_i)
         b_w = tl.exp(b_cs)
         b_k = tl.exp(_last(b_cs, CHUNK))
@@ -321,13 +328,14 @@ def launch_dstates(
     f32_dot: bool,
 ) -> torch.Tensor:
     """The gradients ``dS_{c+1}`` of each chunk's own state (walking backwards), written with
-    ``dk``'s partial sums (batch, nheads, chunks, ``headdim_blocks``) and ``dinit``."""
+    ``dk``'s partial sums (batch, nheads, chunks, ``dstates_blocks``) and ``dinit``."""
     batch, L, H, P = dout.shape
     G, N = C.shape[2], C.shape[3]
     NC = cdiv(L, plan.chunk)
     dstates = torch.empty_like(states)
-    nblk = headdim_blocks(P, plan)
-    launcher(_ssd_scan_dstates_walk_kernel)[(batch * H, nblk)](
+    nblk = dstates_blocks(P, N, plan)
+    grid = (batch * H, headdim_blocks(P, plan), cdiv(N, plan.walk_block_n))
+    launcher(_ssd_scan_dstates_walk_kernel)[grid](
         dout, z, C, seg, cs, states, dfinal, dinit, dstates, dk, L, H, P, G, N, NC, nblk,
         HAS_Z=z is not None, HAS_SEG=seg is not None, HAS_DFINAL=dfinal is not None,
         HAS_INIT=dinit is not None, CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
