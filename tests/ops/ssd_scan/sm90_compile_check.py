@@ -95,11 +95,18 @@ def main() -> None:
                             BLOCK_N=plan.state_block_n))  # fmt: skip
                 _check(f"state {t} f32_dot={f32_dot} end={end} flags={flags}",
                        triton_fwd._ssd_scan_fwd_state_kernel, vals, plan.warps_state)  # fmt: skip
+            vals = dict(B=f"*{t}", C=f"*{t}", cb="*fp32", L=sizes["L"], G=sizes["G"],
+                        N=sizes["N"], NC=sizes["NC"], CHUNK=plan.chunk,
+                        BLOCK_N=min(plan.state_block_n, 64), PRECISION=prec, F32_DOT=f32_dot,
+                        EMULATE=False)  # fmt: skip
+            _check(f"cb {t} f32_dot={f32_dot}", triton_fwd._ssd_scan_cb_kernel, vals, 4)
             for flags in (True, False):
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
-                            dtp="*fp32", cs="*fp32", states="*fp32", out=f"*{t}", **sizes,
+                            dtp="*fp32", cs="*fp32", states="*fp32",
+                            cb="*fp32" if flags else None, out=f"*{t}", **sizes,
                             HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
+                            HAS_CB=flags,
                             **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
@@ -134,11 +141,13 @@ def main() -> None:
                             dt_bias="*fp32" if flags else None, A="*fp32",
                             Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
                             seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
-                            states="*fp32", dstates="*fp32", dk="*fp32", dx=f"*{t}",
+                            states="*fp32", dstates="*fp32", dk="*fp32",
+                            cb="*fp32" if flags else None, dx=f"*{t}",
                             dz=f"*{t}" if flags else None, ddt="*fp32",
                             dD="*fp32" if flags else None, dA="*fp32", **sizes,
                             SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags,
                             HAS_D=flags, D_PER_HEAD=False, HAS_Z=flags, HAS_SEG=flags,
+                            HAS_CB=flags,
                             BLOCK_N=plan.block_n, BLOCK_K=8, **common)  # fmt: skip
                 _check(f"dx {t} f32_dot={f32_dot} flags={flags}",
                        triton_bwd._ssd_scan_bwd_dx_kernel, vals, plan.warps_dx, plan.stages)  # fmt: skip
@@ -168,8 +177,10 @@ def main() -> None:
                        plan.states_walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
-                            dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,
+                            dtp="*fp32", cs="*fp32", states=f"*{st}",
+                            cb="*fp32" if flags else None, out=f"*{t}", **sizes,
                             HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
+                            HAS_CB=flags,
                             CHUNK=plan.split_chunk, BLOCK_P=plan.split_out_block_p,
                             BLOCK_N=plan.split_out_block_n, PRECISION=prec,
                             F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip

@@ -91,8 +91,10 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     plans = {"walking": plan, "three-launch": plan}
     if plan is not None:
         # the dB / dC kernel: two heads a program (partial sums over a group's splits) with the
-        # walks, all of a group's heads with the three launches
-        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, dbc_heads=2),
+        # walks, all of a group's heads with the three launches; C Bᵀ with the walks the other
+        # way than planned (once per group or once per head)
+        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, dbc_heads=2,
+                                                cb_once=not plan.cb_once),
                  "three-launch": dataclasses.replace(plan, walk_min_programs=0,
                                                      dbc_heads=1 << 30)}  # fmt: skip
     for family, p in plans.items():

@@ -76,6 +76,8 @@ class SSDPlan:
             rounded to x's dtype, as mamba-ssm does).
         split_out_block_p, split_out_block_n, warps_split_out, split_out_stages: the output
             kernel's headdim block, dstate step, ``num_warps`` and ``num_stages``.
+        cb_once: ``C Bᵀ`` once per chunk and group, read by the output and dx / dt kernels
+            (Note [SSD C·Bᵀ once per group] in ``triton_fwd``), instead of once per head.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -118,6 +120,7 @@ class SSDPlan:
     split_out_block_n: int = 64
     warps_split_out: int = 8
     split_out_stages: int = 2
+    cb_once: bool = False
 
 
 def _pad(n: int) -> int:

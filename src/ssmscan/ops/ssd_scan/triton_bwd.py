@@ -54,12 +54,15 @@ from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
 from ssmscan.ops.ssd_scan.shapes import empty_backward_outputs
 from ssmscan.ops.ssd_scan.triton_fwd import (
     _cast,
+    _chunk_cb,
     _dot,
     _last,
+    _load_cb,
     _pair_decay,
     _pair_log_decays,
     _segments,
     _softplus,
+    chunk_cb,
     chunk_states,
     dt_flags,
     precision,
@@ -132,6 +135,7 @@ def _ssd_scan_bwd_dx_kernel(
     states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
     dstates,  # (batch, NC, nheads, headdim, dstate) fp32 gradient of each chunk's own state
     dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of the carries' gradients
+    cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 C Bᵀ of each chunk and group (HAS_CB)
     dx,  # (batch, L, nheads, headdim) output, x's dtype
     dz,  # (batch, L, nheads, headdim) output, z's dtype (HAS_Z)
     ddt,  # (batch, L, nheads) fp32 output: gradient of the raw time step
@@ -154,6 +158,7 @@ def _ssd_scan_bwd_dx_kernel(
     D_PER_HEAD: tl.constexpr,  # D is (nheads,)
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
+    HAS_CB: tl.constexpr,  # read C Bᵀ from cb instead of computing it
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -191,14 +196,11 @@ def _ssd_scan_bwd_dx_kernel(
         b_e = tl.where(b_s == s_last, b_e, 0.0)
         b_k = tl.where(s_last == s_prev, b_k, 0.0)
     b_decay = _pair_decay(b_ld, b_s, CHUNK, HAS_SEG)
-    b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
-    for n0 in range(0, N, BLOCK_N):
-        o_n = n0 + tl.arange(0, BLOCK_N)
-        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
-        m_bc = m_t[:, None] & (o_n < N)[None, :]
-        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
-        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
-        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+    if HAS_CB:
+        b_cb = _load_cb(cb, i_b, i_g, i_c, G, NC, CHUNK)
+    else:
+        b_cb = _chunk_cb(B, C, i_b, i_g, o_t, m_t, L, G, N, CHUNK, BLOCK_N, PRECISION, F32_DOT,
+                         EMULATE)  # fmt: skip
     b_M = _cast(b_cb * b_decay, DOT, EMULATE)
     b_Mt = tl.trans(b_M)
     o_k = tl.arange(0, BLOCK_K)
@@ -499,13 +501,14 @@ def launch(
     dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)
     prec = precision(plan, x.dtype)
     block_n = plan.block_n
+    cb = chunk_cb(B, C, L, plan, Q, f32_dot) if plan.cb_once else None
     launcher(_ssd_scan_bwd_dx_kernel)[(NC, batch * H)](
-        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk,
+        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk, cb,
         dx, grads.get("z"), ddt32, dD, dA32, L, H, P, G, N, NC, nblk,
         opts["dt_min"], opts["dt_max"], SOFTPLUS=opts["SOFTPLUS"], HAS_BIAS=opts["HAS_BIAS"],
         HAS_MIN=opts["HAS_MIN"], HAS_MAX=opts["HAS_MAX"], HAS_D=D is not None,
         D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.block_p, BLOCK_N=block_n,
+        HAS_SEG=seg is not None, HAS_CB=cb is not None, CHUNK=Q, BLOCK_P=plan.block_p, BLOCK_N=block_n,
         BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
         F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dx,
         num_stages=plan.stages,

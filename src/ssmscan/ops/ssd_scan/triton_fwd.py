@@ -33,6 +33,13 @@ walk's steps are one small matmul each and independent of one another but for th
 update, so the chunks' loads overlap; the output kernel's chunks run in parallel. Nothing is
 passed in place: the states cross memory once each way.
 
+Note [SSD C·Bᵀ once per group]: every head of a group shares B and C, so ``C_c B_cᵀ`` of a
+chunk is the same (CHUNK, CHUNK) product for all of them. Where the plan says so
+(``plan.cb_once``), ``_ssd_scan_cb_kernel`` computes it once per chunk and group, float32
+(batch, ngroups, chunks, CHUNK, CHUNK), with the same operand rounding as its reader, and the
+output kernel and the backward's dx / dt kernel read it instead of their loop's products over
+dstate (a quarter to two fifths of their matmul work at Mamba-2's sizes, and B's loads).
+
 Operands of the matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to it for
 16-bit inputs, as in mamba-ssm); float32 operands at the plan's ``precision``. The states are
 float32 (b, chunks, nheads, headdim, dstate). Packed sequences (``seq_idx``) enter as segment ids
@@ -46,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ssmscan.ops.common.host_math import cdiv
+from ssmscan.ops.common.host_math import cdiv, next_pow2
 from ssmscan.ops.common.triton_launch import launcher
 from ssmscan.ops.ssd_scan.common import segment_ids
 from ssmscan.ops.ssd_scan.plan import SSDPlan, plan_for
@@ -307,6 +314,61 @@ def _ssd_scan_fwd_pass_kernel(
 
 
 @triton.jit
+def _ssd_scan_cb_kernel(
+    B,  # (batch, L, ngroups, dstate)
+    C,  # (batch, L, ngroups, dstate)
+    cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 output
+    L,  # time steps
+    G,  # ngroups
+    N,  # dstate
+    NC,  # chunks
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in B's dtype
+    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
+):
+    """``C_c B_cᵀ`` of one chunk and group (Note [SSD C·Bᵀ once per group]); rows past L are
+    zero."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_bg = tl.program_id(1).to(tl.int64)
+    i_b = i_bg // G
+    i_g = i_bg % G
+    o_i = tl.arange(0, CHUNK)
+    o_t = i_c * CHUNK + o_i
+    b_cb = _chunk_cb(B, C, i_b, i_g, o_t, o_t < L, L, G, N, CHUNK, BLOCK_N, PRECISION, F32_DOT,
+                     EMULATE)  # fmt: skip
+    tl.store(cb + (i_bg * NC + i_c) * CHUNK * CHUNK + o_i[:, None] * CHUNK + o_i[None, :], b_cb)
+
+
+@triton.jit
+def _chunk_cb(B, C, i_b, i_g, o_t, m_t, L, G, N, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
+              PRECISION: tl.constexpr, F32_DOT: tl.constexpr, EMULATE: tl.constexpr):  # fmt: skip
+    """``C Bᵀ`` (CHUNK, CHUNK) float32 of a chunk's steps ``o_t`` (``m_t``: within L) and group."""
+    if F32_DOT:
+        DOT = tl.float32
+    else:
+        DOT = B.dtype.element_ty
+    b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        o_n = n0 + tl.arange(0, BLOCK_N)
+        o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
+        m_bc = m_t[:, None] & (o_n < N)[None, :]
+        b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+    return b_cb
+
+
+@triton.jit
+def _load_cb(cb, i_b, i_g, i_c, G, NC, CHUNK: tl.constexpr):
+    """Chunk ``i_c``'s ``C Bᵀ`` of group ``i_g`` from ``_ssd_scan_cb_kernel``'s output."""
+    o_i = tl.arange(0, CHUNK)
+    o = ((i_b * G + i_g) * NC + i_c) * CHUNK * CHUNK + o_i[:, None] * CHUNK + o_i[None, :]
+    return tl.load(cb + o)
+
+
+@triton.jit
 def _ssd_scan_fwd_out_kernel(
     x,  # (batch, L, nheads, headdim)
     z,  # (batch, L, nheads, headdim) gate (HAS_Z)
@@ -318,6 +380,7 @@ def _ssd_scan_fwd_out_kernel(
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
     states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 C Bᵀ of each chunk and group (HAS_CB)
     out,  # (batch, L, nheads, headdim) output, x's dtype
     L,  # time steps
     H,  # nheads
@@ -329,6 +392,7 @@ def _ssd_scan_fwd_out_kernel(
     D_PER_HEAD: tl.constexpr,  # D is (nheads,)
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
+    HAS_CB: tl.constexpr,  # read C Bᵀ from cb instead of computing it
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -361,7 +425,8 @@ def _ssd_scan_fwd_out_kernel(
     if HAS_SEG:
         b_s, s_prev, _ = _segments(seg, i_b, i_c, o_t, L, CHUNK)
         b_w = tl.where(b_s == s_prev, b_w, 0.0)
-    b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+    if not HAS_CB:
+        b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     b_off = tl.zeros((CHUNK, BLOCK_P), dtype=tl.float32)
     p_state = states + ((i_b * NC + i_c) * H + i_h) * P * N
     for n0 in range(0, N, BLOCK_N):
@@ -370,12 +435,15 @@ def _ssd_scan_fwd_out_kernel(
         o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
         m_bc = m_t[:, None] & m_n[None, :]
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
-        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_St = _cast(tl.load(p_state + o_p[None, :] * N + o_n[:, None],
                              mask=m_n[:, None] & m_p[None, :], other=0.0).to(tl.float32),
                      DOT, EMULATE)  # fmt: skip
-        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+        if not HAS_CB:
+            b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+            b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
         b_off += _dot(b_C, b_St, PRECISION, EMULATE)
+    if HAS_CB:  # after the loop: not live across it
+        b_cb = _load_cb(cb, i_b, i_g, i_c, G, NC, CHUNK)
     o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
     m_x = m_t[:, None] & m_p[None, :]
     b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
@@ -442,6 +510,22 @@ def chunk_states(
         PRECISION=precision(plan, v.dtype), F32_DOT=f32_dot,
         EMULATE=plan.emulate, num_warps=plan.warps_state,
     )  # fmt: skip
+
+
+def chunk_cb(
+    B: torch.Tensor, C: torch.Tensor, L: int, plan: SSDPlan, chunk: int, f32_dot: bool
+) -> torch.Tensor:
+    """``C Bᵀ`` of every chunk and group, (batch, ngroups, NC, chunk, chunk) float32 flat
+    (Note [SSD C·Bᵀ once per group]), from contiguous B and C."""
+    batch, _, G, N = B.shape
+    NC = cdiv(L, chunk)
+    cb = torch.empty((batch * G * NC * chunk * chunk,), dtype=torch.float32, device=B.device)
+    launcher(_ssd_scan_cb_kernel)[(NC, batch * G)](
+        B, C, cb, L, G, N, NC, CHUNK=chunk, BLOCK_N=min(max(next_pow2(N), 16), 64),
+        PRECISION=precision(plan, B.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
+        num_warps=4,
+    )  # fmt: skip
+    return cb
 
 
 def precision(plan: SSDPlan, dtype: torch.dtype) -> str:
@@ -565,11 +649,13 @@ def launch(
         chunk, block_p, block_n = plan.chunk, plan.out_block_p, plan.block_n
         warps, stages = plan.warps_out, plan.stages
     NC = cdiv(L, chunk)
+    cb = chunk_cb(B, C, L, plan, chunk, f32_dot) if plan.cb_once else None
     grid = (NC, batch * H, cdiv(P, block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
-        x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
+        x, z, D, B, C, seg, A, dtp, cs, states, cb, out, L, H, P, G, N, NC,
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, CHUNK=chunk, BLOCK_P=block_p, BLOCK_N=block_n,
+        HAS_SEG=seg is not None, HAS_CB=cb is not None, CHUNK=chunk, BLOCK_P=block_p,
+        BLOCK_N=block_n,
         PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
