@@ -103,10 +103,8 @@ def main() -> None:
             for flags in (True, False):
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
-                            dtp="*fp32", cs="*fp32", states="*fp32",
-                            cb="*fp32" if flags else None, out=f"*{t}", **sizes,
+                            dtp="*fp32", cs="*fp32", states="*fp32", out=f"*{t}", **sizes,
                             HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
-                            HAS_CB=flags,
                             **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
@@ -177,10 +175,8 @@ def main() -> None:
                        plan.states_walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
-                            dtp="*fp32", cs="*fp32", states=f"*{st}",
-                            cb="*fp32" if flags else None, out=f"*{t}", **sizes,
+                            dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,
                             HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
-                            HAS_CB=flags,
                             CHUNK=plan.split_chunk, BLOCK_P=plan.split_out_block_p,
                             BLOCK_N=plan.split_out_block_n, PRECISION=prec,
                             F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip

@@ -102,13 +102,13 @@ def test_plan_is_cached_frozen_and_replaceable():
 # keeps the three-launch forward and the backward's passing, whose chunks run in parallel.
 # Under the interpreter both are tested, the planner walks.
 WALK_TABLE = [
-    ((8, 80, 64, 128, H200), (True, 64, 128, 8)),  # mamba2-2.7b
-    ((16, 24, 64, 128, H200), (True, 64, 128, 8)),  # mamba2-130m
-    ((2, 128, 64, 128, H200), (True, 64, 128, 8)),  # Codestral-like
-    ((1, 48, 64, 128, H200), (False, 64, 128, 8)),  # one long sequence: 48 programs
-    ((1, 132, 64, 128, H200), (True, 64, 128, 8)),
-    ((1, 131, 64, 128, H200), (False, 64, 128, 8)),
-    ((2, 48, 128, 256, H200), (True, 32, 256, 8)),  # wide states: headdim blocks of 32
+    ((8, 80, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-2.7b
+    ((16, 24, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-130m
+    ((2, 128, 64, 128, H200), (True, 64, 64, 4)),  # Codestral-like
+    ((1, 48, 64, 128, H200), (False, 64, 64, 4)),  # one long sequence: 48 programs
+    ((1, 132, 64, 128, H200), (True, 64, 64, 4)),
+    ((1, 131, 64, 128, H200), (False, 64, 64, 4)),
+    ((2, 48, 128, 256, H200), (True, 64, 64, 4)),
     ((4, 8, 32, 16, H200), (False, 32, 16, 4)),
     ((1, 1, 4, 8, INTERPRETED), (True, 16, 16, 4)),
 ]

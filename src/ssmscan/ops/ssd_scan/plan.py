@@ -76,8 +76,9 @@ class SSDPlan:
             rounded to x's dtype, as mamba-ssm does).
         split_out_block_p, split_out_block_n, warps_split_out, split_out_stages: the output
             kernel's headdim block, dstate step, ``num_warps`` and ``num_stages``.
-        cb_once: ``C Bᵀ`` once per chunk and group, read by the output and dx / dt kernels
-            (Note [SSD C·Bᵀ once per group] in ``triton_fwd``), instead of once per head.
+        cb_once: the backward's dx / dt kernel reads ``C Bᵀ`` computed once per chunk and
+            group (Note [SSD C·Bᵀ once per group] in ``triton_fwd``) instead of computing it
+            once per head.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -205,12 +206,14 @@ def _plan_ssd(
         walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
         if facts.compiled
         else 1,
-        # the dstates walk: the whole state row, one stage, 8 warps for (64, 128) tiles:
-        # 214-240 registers, no spills (sm_90)
-        walk_block_p=min(pp, 64 if np_ <= 128 else 32),
-        walk_block_n=np_,
-        warps_walk=8 if min(pp, 64) * np_ >= 64 * 128 else 4,
-        walk_stages=1,
+        # the dstates walk: (64, 64) tiles at 4 warps, 2 stages (245-255 registers, no spills,
+        # sm_90): the backward 6.5% faster at mamba2-2.7b's and -130m's sizes (H100, bf16)
+        # than the whole state row at 8 warps and one stage (1.52 / 0.93 ms a walk); 8 warps
+        # at (64, 64) +6%, (32, 64) at 4 warps -3.8 / -2.9%, (32, 128) -3.3% (2.7b)
+        walk_block_p=min(pp, 64),
+        walk_block_n=min(np_, 64),
+        warps_walk=4,
+        walk_stages=2,
         # the states walk (the split forward's and the backward's): (64, 64) tiles at 4 warps,
         # 2 stages, the fastest of six for the forward on an H100 at mamba2-2.7b's and -130m's
         # sizes (0.40 / 0.23 ms; (64, 128) at 8 warps 0.49 / 0.28, one stage 0.59 / 0.31); the
@@ -242,6 +245,9 @@ def _plan_ssd(
         split_out_block_n=min(np_, 64),
         warps_split_out=4,
         split_out_stages=2,
+        # 16-bit inputs: -3.4 / -3.2% on the backward at mamba2-2.7b's and -130m's sizes (H100,
+        # bf16); float32 not timed
+        cb_once=dtype != torch.float32,
     )
 
 

@@ -37,8 +37,10 @@ Note [SSD C·Bᵀ once per group]: every head of a group shares B and C, so ``C_
 chunk is the same (CHUNK, CHUNK) product for all of them. Where the plan says so
 (``plan.cb_once``), ``_ssd_scan_cb_kernel`` computes it once per chunk and group, float32
 (batch, ngroups, chunks, CHUNK, CHUNK), with the same operand rounding as its reader, and the
-output kernel and the backward's dx / dt kernel read it instead of their loop's products over
-dstate (a quarter to two fifths of their matmul work at Mamba-2's sizes, and B's loads).
+backward's dx / dt kernel reads it instead of its loop of products over dstate (a fifth of its
+matmul work at Mamba-2's sizes, and B's loads): 3% off the backward at mamba2-2.7b's and
+-130m's sizes (H100, bf16). The output kernel keeps its own product, in the loop over dstate
+that also reads C for ``C Sᵀ``.
 
 Operands of the matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to it for
 16-bit inputs, as in mamba-ssm); float32 operands at the plan's ``precision``. The states are
@@ -380,7 +382,6 @@ def _ssd_scan_fwd_out_kernel(
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
     states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
-    cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 C Bᵀ of each chunk and group (HAS_CB)
     out,  # (batch, L, nheads, headdim) output, x's dtype
     L,  # time steps
     H,  # nheads
@@ -392,7 +393,6 @@ def _ssd_scan_fwd_out_kernel(
     D_PER_HEAD: tl.constexpr,  # D is (nheads,)
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
-    HAS_CB: tl.constexpr,  # read C Bᵀ from cb instead of computing it
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -425,8 +425,7 @@ def _ssd_scan_fwd_out_kernel(
     if HAS_SEG:
         b_s, s_prev, _ = _segments(seg, i_b, i_c, o_t, L, CHUNK)
         b_w = tl.where(b_s == s_prev, b_w, 0.0)
-    if not HAS_CB:
-        b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
+    b_cb = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)
     b_off = tl.zeros((CHUNK, BLOCK_P), dtype=tl.float32)
     p_state = states + ((i_b * NC + i_c) * H + i_h) * P * N
     for n0 in range(0, N, BLOCK_N):
@@ -435,15 +434,12 @@ def _ssd_scan_fwd_out_kernel(
         o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
         m_bc = m_t[:, None] & m_n[None, :]
         b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+        b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
         b_St = _cast(tl.load(p_state + o_p[None, :] * N + o_n[:, None],
                              mask=m_n[:, None] & m_p[None, :], other=0.0).to(tl.float32),
                      DOT, EMULATE)  # fmt: skip
-        if not HAS_CB:
-            b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
-            b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
+        b_cb += _dot(b_C, tl.trans(b_B), PRECISION, EMULATE)
         b_off += _dot(b_C, b_St, PRECISION, EMULATE)
-    if HAS_CB:  # after the loop: not live across it
-        b_cb = _load_cb(cb, i_b, i_g, i_c, G, NC, CHUNK)
     o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
     m_x = m_t[:, None] & m_p[None, :]
     b_x = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32)
@@ -649,13 +645,11 @@ def launch(
         chunk, block_p, block_n = plan.chunk, plan.out_block_p, plan.block_n
         warps, stages = plan.warps_out, plan.stages
     NC = cdiv(L, chunk)
-    cb = chunk_cb(B, C, L, plan, chunk, f32_dot) if plan.cb_once else None
     grid = (NC, batch * H, cdiv(P, block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
-        x, z, D, B, C, seg, A, dtp, cs, states, cb, out, L, H, P, G, N, NC,
+        x, z, D, B, C, seg, A, dtp, cs, states, out, L, H, P, G, N, NC,
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, HAS_CB=cb is not None, CHUNK=chunk, BLOCK_P=block_p,
-        BLOCK_N=block_n,
+        HAS_SEG=seg is not None, CHUNK=chunk, BLOCK_P=block_p, BLOCK_N=block_n,
         PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
