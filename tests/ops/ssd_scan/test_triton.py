@@ -95,7 +95,7 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
         # way than planned (once per group or once per head)
         plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, dbc_heads=2,
                                                 cb_once=not plan.cb_once),
-                 "three-launch": dataclasses.replace(plan, walk_min_programs=0,
+                 "three-launch": dataclasses.replace(plan, walk_min_programs=0, split=False,
                                                      dbc_heads=1 << 30)}  # fmt: skip
     for family, p in plans.items():
         out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, p)
@@ -346,7 +346,7 @@ def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("walk", [False, True], ids=["three-launch", "walking"])
+@pytest.mark.parametrize("walk", [False, True], ids=["three-launch", "split"])
 def test_forward_host_code_adds_no_guard_on_length(walk, monkeypatch, ssd_inputs):
     """The forward's host code as torch.export traces it (a triton_op's body on fake tensors,
     each launch's arguments prepared as a traced launch prepares them; the kernels themselves
@@ -366,7 +366,7 @@ def test_forward_host_code_adds_no_guard_on_length(walk, monkeypatch, ssd_inputs
     def forward(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
                 C: torch.Tensor, D: torch.Tensor, z: torch.Tensor,
                 dt_bias: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        plan = dataclasses.replace(plan_for(x, B), walk_min_programs=1 if walk else 2**30)
+        plan = dataclasses.replace(plan_for(x, B), split=walk)
         out, final = empty_forward_outputs(x, B)
         triton_fwd.launch(x, dt, A, B, C, D, z, dt_bias, None, None, True, 0.0, INF, out, final,
                           plan=plan)  # fmt: skip

@@ -95,12 +95,12 @@ def test_plan_is_cached_frozen_and_replaceable():
     assert q.chunk == 32 and plan_ssd(24, 64, 1, 128, BF16, H200).chunk == 64
 
 
-# (batch, nheads, headdim, dstate, facts) -> (walks, the backward walks' headdim block, dstate
-# block, warps): the kernels walk (the split forward's states, the backward's states and their
-# gradients, the state on chip) where batch x heads x headdim blocks fill the H200's 132
-# multiprocessors (16-bit inputs: float32 never walks on a GPU); one long sequence of few heads
-# keeps the three-launch forward and the backward's passing, whose chunks run in parallel.
-# Under the interpreter both are tested, the planner walks.
+# (batch, nheads, headdim, dstate, facts) -> (walks, the dstates walk's headdim block, dstate
+# block, warps): the backward walks (its states and their gradients, the state on chip) where
+# batch x heads x headdim blocks fill the H200's 132 multiprocessors (16-bit inputs: float32
+# never walks on a GPU); one long sequence of few heads keeps the backward's three-launch states
+# and passing, whose chunks run in parallel. Under the interpreter both are tested, the planner
+# walks.
 WALK_TABLE = [
     ((8, 80, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-2.7b
     ((16, 24, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-130m
@@ -162,8 +162,8 @@ def test_walks_with_a_symbolic_batch(nheads, expected):
 
 # (nheads, headdim, dstate, dtype, facts) -> the split forward (Note [SSD Triton split forward]):
 # (on, chunk, states tile, its warps and stages, 16-bit states, float32 operands, output tile
-# (headdim block, dstate step), its warps). 16-bit inputs split where the kernels walk; float32
-# keeps the three-launch forward.
+# (headdim block, dstate step), its warps). 16-bit inputs split at every batch; float32 keeps
+# the three-launch forward.
 SPLIT_TABLE = [
     ((80, 64, 128, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
     ((24, 64, 128, FP16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),

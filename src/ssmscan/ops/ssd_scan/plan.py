@@ -52,11 +52,11 @@ class SSDPlan:
             rounding emulated; 0.72e-2 at TF32).
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
-        walk_min_programs: the kernels walk (``triton_walk``: the chunk states of the split
-            forward, the backward's chunk states and their gradients in one launch each, the
-            state on chip) when they have at least this many programs (batch x heads x
-            headdim blocks); fewer, the three-launch forward and the backward's state passing,
-            whose chunks run in parallel. 0: never walks.
+        walk_min_programs: the backward walks (``triton_walk``: its chunk states and their
+            gradients in one launch each, the state on chip) when the dstates walk has at
+            least this many headdim-block programs (batch x heads x headdim blocks); fewer,
+            it recomputes the states by the three launches and passes their gradients, whose
+            chunks run in parallel. 0: never walks.
         walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
             block (each tile writes its partial sum of ``dk``).
         warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
@@ -66,9 +66,9 @@ class SSDPlan:
         dbc_heads: heads of a group per program of the backward's dB / dC kernel (more: their
             fp32 partial sums, summed afterwards).
         dbc_block_p, dbc_block_n: that kernel's loop step over headdim and its dstate block.
-        split: where the kernels walk, the forward walks only the states (the states walk,
-            writing the state entering each chunk) and reads them out in a chunk-parallel
-            output kernel (Note [SSD Triton split forward]) instead of the one walking launch.
+        split: the forward walks the states (the states walk, writing the state entering
+            each chunk) and reads them out in a chunk-parallel output kernel (Note [SSD Triton
+            split forward]), at every batch, instead of the three launches.
         split_chunk: its chunk.
         split_states_16: the states entering each chunk are stored in x's dtype (16-bit
             inputs; float32 keeps float32).
@@ -182,11 +182,10 @@ def _plan_ssd(
         out_block_p=out_p,
         block_p=min(pp, 32),
         block_n=min(np_, 32),
-        # 16-bit inputs take the three-launch forward and the backward's passing only where
-        # too few programs walk (one long sequence of few heads), where smaller blocks spread
-        # the sequential walk over more programs: 512 measured 11% faster than 1024 at (1,
-        # 65536, 48, 64, 1, 128) (H100), and 8% slower at mamba2-2.7b's size, where float32
-        # runs it
+        # 16-bit inputs take the backward's passing only where too few programs walk (one
+        # long sequence of few heads), where smaller blocks spread the sequential walk over
+        # more programs: 512 measured 11% faster than 1024 at (1, 65536, 48, 64, 1, 128)
+        # (H100), and 8% slower at mamba2-2.7b's size, where float32 runs it
         pass_block=min(1024 if dtype == torch.float32 else 512, next_pow2(headdim * dstate)),
         precision=precision,
         warps_state=8 if state_p * state_n >= 64 * 128 else 4,
@@ -200,9 +199,13 @@ def _plan_ssd(
         stages=2,
         f32_dot=True,
         emulate=not facts.compiled,
-        # a walk's chunks run in turn: it pays where its programs fill every multiprocessor.
-        # float32's 3xTF32 operands spill in every walking tile tried (0.15-10 KB a thread,
-        # sm_90, chunk 16-64, headdim blocks 16-64, 4-16 warps): float32 does not walk
+        # the backward walks where its programs fill every multiprocessor. Walking at fewer
+        # measured faster in five of six shapes (H100, bf16, backward ms planned -> walking:
+        # (1, 65536, 48, ...) 40.1 -> 22.7, (1, 8192, 48) 5.09 -> 2.88, (4, 2048, 24) 2.58 ->
+        # 1.90, (1, 2048, 24) 2.57 -> 2.18) but slower at (1, 2048, 80): 2.33 -> 3.39; not
+        # changed until that is understood. float32's 3xTF32 operands spill in every walking
+        # tile tried (0.15-10 KB a thread, sm_90, chunk 16-64, headdim blocks 16-64, 4-16
+        # warps): float32 does not walk
         walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
         if facts.compiled
         else 1,
@@ -230,7 +233,10 @@ def _plan_ssd(
         dbc_heads=8,
         dbc_block_p=min(pp, 32),
         dbc_block_n=min(np_, 32 if dtype == torch.float32 else 128),
-        # 16-bit inputs: the split forward (Note [SSD Triton split forward]), its derived
+        # 16-bit inputs: the split forward (Note [SSD Triton split forward]) at every batch: it
+        # beat the three launches at every size timed with few programs (H100, bf16, ms: (1,
+        # 65536, 48, ...) 11.2 -> 3.64, (1, 8192, 48) 1.38 -> 0.60, (4, 2048, 24) 0.90 -> 0.59,
+        # (1, 2048, 80) 0.80 -> 0.58, (1, 2048, 24) 1.24 -> 0.80); its derived
         # operands and the states it stores rounded to x's dtype as mamba-ssm rounds them
         # (float32 states: 1.31x its time at mamba2-2.7b's size; TF32 operands 1.44x). Measured
         # on an H100 at mamba2-2.7b's and -130m's sizes (bf16): chunk 64 (128: the states walk

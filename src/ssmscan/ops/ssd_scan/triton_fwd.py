@@ -25,10 +25,10 @@ decays (time steps of a few units, A near -24), where the difference keeps no di
 near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the state passing) take
 no difference.
 
-Note [SSD Triton split forward]: where batch x heads fill the GPU, the forward runs in two
-launches: the states walk of ``triton_walk`` (one program per sequence, head and (headdim,
-dstate) tile walks the chunks in turn with its state on chip and writes the state entering each
-chunk, in x's dtype for 16-bit inputs) and step 3's output kernel, every chunk in parallel. The
+Note [SSD Triton split forward]: for 16-bit inputs the forward runs in two launches: the
+states walk of ``triton_walk`` (one program per sequence, head and (headdim, dstate) tile walks
+the chunks in turn with its state on chip and writes the state entering each chunk, in x's
+dtype) and step 3's output kernel, every chunk in parallel. The
 walk's steps are one small matmul each and independent of one another but for the state
 update, so the chunks' loads overlap; the output kernel's chunks run in parallel. Nothing is
 passed in place: the states cross memory once each way.
@@ -632,7 +632,7 @@ def launch(
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     from ssmscan.ops.ssd_scan import triton_walk  # it builds on this module's helpers
 
-    if plan.split and triton_walk.walks(batch, H, P, plan):  # Note [SSD Triton split forward]
+    if plan.split:  # Note [SSD Triton split forward]
         f32_dot = plan.split_f32_dot and x.dtype != torch.float32
         dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
                                                     opts, plan, f32_dot, forward=True)  # fmt: skip

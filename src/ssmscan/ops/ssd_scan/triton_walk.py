@@ -1,14 +1,13 @@
 """The walking SSD kernels (CUDA): one program per sequence, head and state tile walks the
-chunks in turn with its state on chip, chosen by the plan where batch x heads fill the GPU: the
-chunk states (the split forward's first launch, Note [SSD Triton split forward] in
-``triton_fwd``, and the backward's) and their gradients.
+chunks in turn with its state on chip: the chunk states (the split forward's first launch, Note
+[SSD Triton split forward] in ``triton_fwd``, and the backward's) and their gradients.
 
 The walks trade parallelism for traffic: the chunks of a sequence run in turn, so a launch has
-only batch x heads x state tiles programs, and the planner (``plan.walk_min_programs``) keeps
-the launches whose chunks run in parallel where that is too few (one long sequence of few
-heads). A walk's steps are independent but for the state update, so its loads overlap; the
-registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and
-spills).
+only batch x heads x state tiles programs. The forward walks at every batch (it beat the three
+launches even at one sequence of 48 heads); the backward walks where batch x heads fill the GPU
+(``plan.walk_min_programs``) and otherwise keeps the launches whose chunks run in parallel. A
+walk's steps are independent but for the state update, so its loads overlap; the registers
+bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
 
 Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
 walk, at the backward's chunk (``plan.chunk``: its other kernels read them per chunk), one
@@ -54,8 +53,8 @@ def dstates_blocks(headdim: int, dstate: int, plan: SSDPlan) -> int:
 
 
 def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
-    """The kernels walk (Notes [SSD Triton split forward] and [SSD Triton walking backward]):
-    the plan allows it and a walk has at least ``plan.walk_min_programs`` programs. A symbolic
+    """The backward walks (Note [SSD Triton walking backward]): the plan allows it and its
+    dstates walk has at least ``plan.walk_min_programs`` headdim-block programs. A symbolic
     batch (``torch.compile`` with dynamic sizes) walks only where every batch it stands for
     does, without a guard."""
     if plan.walk_min_programs <= 0:
