@@ -109,8 +109,8 @@ def main() -> None:
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
                 if plan.walk_min_programs > 0 and not flags:  # the backward's, once a dtype
-                    walk_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,  # dstates
-                                      BLOCK_N=plan.walk_block_n)  # fmt: skip
+                    dstates_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
+                                         BLOCK_N=plan.walk_block_n)  # fmt: skip
                     for all_flags in (True, False):
                         vals_s = dict(x=f"*{t}", dt=f"*{t}",
                                       dt_bias="*fp32" if all_flags else None, A="*fp32",
@@ -131,7 +131,7 @@ def main() -> None:
                                       dinit=f"*{t}" if all_flags else None, dstates="*fp32",
                                       dk="*fp32", **sizes, HAS_Z=all_flags, HAS_SEG=all_flags,
                                       HAS_DFINAL=all_flags, HAS_INIT=all_flags,
-                                      **dict(common, **walk_tiles))  # fmt: skip
+                                      **dict(common, **dstates_tiles))  # fmt: skip
                         _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags}",
                                triton_walk._ssd_scan_dstates_walk_kernel, vals_d, plan.warps_walk,
                                plan.walk_stages)  # fmt: skip

@@ -178,7 +178,7 @@ SPLIT_TABLE = [
 def test_split_table(shape, expected):
     h, p, n, dtype, facts = shape
     q = plan_ssd(h, p, 1, n, dtype, facts)
-    got = (q.split, q.split_chunk, (q.states_walk_block_p, q.states_walk_block_n), q.warps_states_walk,
-           q.states_walk_stages, q.split_states_16, q.split_f32_dot,
+    got = (q.split, q.split_chunk, (q.states_walk_block_p, q.states_walk_block_n),
+           q.warps_states_walk, q.states_walk_stages, q.split_states_16, q.split_f32_dot,
            (q.split_out_block_p, q.split_out_block_n), q.warps_split_out)  # fmt: skip
     assert got == expected
