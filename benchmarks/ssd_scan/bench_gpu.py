@@ -9,6 +9,10 @@ Shapes are (batch, L, nheads, headdim, ngroups, dstate). Two problems:
   ``chunk_simple_gla`` computes (q = C, k = B, v = dt x, g = dt A, scale 1, the heads' copies of
   B and C made inside the timed call): all three.
 
+float32 inputs: ours at PyTorch's default float32 matmul precision (3xTF32, the float32
+tolerance) and as ``ssmscan-tf32``, where the caller allows TF32 as mamba-ssm's kernels always use
+it (``torch.set_float32_matmul_precision("high")``; float16's tolerance, a 10-bit mantissa).
+
 Correctness first: every variant runs once at batch 1 of the shape and its output, final state
 (where it returns one) and every gradient are compared with autograd of the float64 chunked
 reference (``ssd_scan_chunked_reference``, equal to the sequential one to 1e-15) on the same
@@ -34,6 +38,7 @@ skipped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -96,6 +101,19 @@ def ours(kw, full):
         )  # fmt: skip
     return _Interpreted.apply(x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"),
                               kw.get("dt_bias"), full)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _matmul_precision(name):
+    """float32 matmul precision for a variant's check and timing: "ssmscan-tf32" is ours where
+    the caller allows TF32 (``torch.set_float32_matmul_precision("high")``), forward and
+    backward; every other variant runs at the process's setting ("highest")."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if name.endswith("-tf32") else before)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 class _Interpreted(torch.autograd.Function):
@@ -186,7 +204,9 @@ def _rel(a, r):
 
 
 def gate(fn, kw, full, dtype, factor):
-    """(worst relative error over out, final state and every gradient, its name)."""
+    """(worst relative error over out, final state and every gradient, its name, whether it is
+    within tolerance, why the backward could not run or None). A backward that raises (an
+    anchor's, refusing this Triton or GPU) leaves the forward checked alone."""
     ref_in = {k: v.detach().double().requires_grad_() for k, v in kw.items()}
     r_out, r_final = ssd_scan_chunked_reference(
         ref_in["x"], ref_in["dt"], ref_in["A"], ref_in["B"], ref_in["C"], 64, D=ref_in.get("D"),
@@ -210,15 +230,20 @@ def gate(fn, kw, full, dtype, factor):
         r_outs.append(r_final)
         r_grads_in.append(dfin.double().to(r_final.device))
     names = [k for k in GRADS if k in kw]
-    got = torch.autograd.grad(outs, [leaves[k] for k in names], grads, allow_unused=True)
-    want = torch.autograd.grad(r_outs, [ref_in[k] for k in names], r_grads_in)
     errs = {"out": _rel(out, r_out)}
     if final is not None:
         errs["final"] = _rel(final, r_final)
-    for k, a, r in zip(names, got, want):
-        errs["d" + k] = _rel(a, r) if a is not None else float("inf")
+    bwd_error = None
+    try:
+        got = torch.autograd.grad(outs, [leaves[k] for k in names], grads, allow_unused=True)
+    except RuntimeError as e:
+        bwd_error = f"{type(e).__name__}: {str(e)[:160]}"
+    if bwd_error is None:
+        want = torch.autograd.grad(r_outs, [ref_in[k] for k in names], r_grads_in)
+        for k, a, r in zip(names, got, want):
+            errs["d" + k] = _rel(a, r) if a is not None else float("inf")
     worst = max(errs, key=errs.get)
-    return errs[worst], worst, errs[worst] <= tolerance(dtype) * factor
+    return errs[worst], worst, errs[worst] <= tolerance(dtype) * factor, bwd_error
 
 
 # --- timing ---------------------------------------------------------------------------------------
@@ -391,6 +416,8 @@ def main():
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
     dtype = DTYPES[a.dtype]
     variants = {"ssmscan": (ours, None)}
+    if dtype == torch.float32:  # TF32 operands: float16's tolerance (a 10-bit mantissa)
+        variants["ssmscan-tf32"] = (ours, None)
     if a.device == "cuda":
         variants["mamba-ssm"] = mamba_fn(a.mamba_src)
         variants["fla"] = fla_fn()
@@ -412,37 +439,61 @@ def main():
             for name, (fn, _) in variants.items():
                 if fn is None or (name == "fla" and full):
                     continue
-                err, worst, ok = gate(fn, gate_kw, full, dtype, a.tol_factor)
+                tol_dtype = torch.float16 if name.endswith("-tf32") else dtype
+                try:
+                    with _matmul_precision(name):
+                        err, worst, ok, bwd_error = gate(fn, gate_kw, full, tol_dtype,
+                                                         a.tol_factor)  # fmt: skip
+                except Exception as e:  # an anchor that cannot run here: reported, not timed
+                    if name.startswith("ssmscan"):
+                        raise
+                    row = dict(shape=shape, problem=problem, variant=name, dtype=a.dtype,
+                               check="error", ok=False, error=f"{type(e).__name__}: {e}"[:200])  # fmt: skip
+                    rows.append(row)
+                    print(json.dumps(row))
+                    continue
+                if bwd_error is not None and name.startswith("ssmscan"):
+                    raise SystemExit(f"ssmscan's backward failed at {shape}: {bwd_error}")
                 row = dict(shape=shape, problem=problem, variant=name, dtype=a.dtype,
                            check=f"{worst} {err:.1e}", ok=ok)  # fmt: skip
-                if (ok or name != "ssmscan") and not a.check_only:
-                    row["fwd_ms"] = time_variant(fn, kw, full, False)
-                    row["fwdbwd_ms"] = time_variant(fn, kw, full, True)
+                if bwd_error is not None:
+                    row["bwd_error"] = bwd_error
+                if (ok or not name.startswith("ssmscan")) and not a.check_only:
+                    with _matmul_precision(name):
+                        row["fwd_ms"] = time_variant(fn, kw, full, False)
+                        fwdbwd = time_variant(fn, kw, full, True) if bwd_error is None else None
                     row["fwd_floor"] = floor_ms(shape, dtype, full, bw, rate, False) / row["fwd_ms"]
-                    row["fwdbwd_floor"] = (floor_ms(shape, dtype, full, bw, rate, True)
-                                           / row["fwdbwd_ms"])  # fmt: skip
+                    if fwdbwd is not None:
+                        row["fwdbwd_ms"] = fwdbwd
+                        row["fwdbwd_floor"] = (floor_ms(shape, dtype, full, bw, rate, True)
+                                               / row["fwdbwd_ms"])  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row))
-    print(f"\n{'shape':<28}{'problem':<8}{'variant':<11}{'check':<18}{'fwd ms':>9}{'floor':>7}"
+    print(f"\n{'shape':<28}{'problem':<8}{'variant':<13}{'check':<18}{'fwd ms':>9}{'floor':>7}"
           f"{'f+b ms':>9}{'floor':>7}   ours / this")  # fmt: skip
     mine = {(r["shape"], r["problem"]): r for r in rows if r["variant"] == "ssmscan"}
     for r in rows:
-        if "fwd_ms" not in r:
+        if "error" in r:
+            t = f"   could not run: {r['error'][:90]}"
+        elif "fwd_ms" not in r:
             t = "   (checked only)" if r["ok"] else "   FAILED CHECK: not timed"
         else:
-            t = (f"{r['fwd_ms']:9.3f}{r['fwd_floor']:7.2f}{r['fwdbwd_ms']:9.3f}"
-                 f"{r['fwdbwd_floor']:7.2f}")  # fmt: skip
+            t = f"{r['fwd_ms']:9.3f}{r['fwd_floor']:7.2f}"
+            t += (f"{r['fwdbwd_ms']:9.3f}{r['fwdbwd_floor']:7.2f}" if "fwdbwd_ms" in r
+                  else f"{'-':>9}{'-':>7}")  # fmt: skip
             m = mine.get((r["shape"], r["problem"]))
             if m is not None and "fwd_ms" in m and r is not m:
-                t += f"   {m['fwd_ms'] / r['fwd_ms']:.2f} / {m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}"
+                t += f"   {m['fwd_ms'] / r['fwd_ms']:.2f} / "
+                t += (f"{m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}" if "fwdbwd_ms" in r
+                      else "- (its backward: " + r["bwd_error"][:60] + ")")  # fmt: skip
         check = r["check"] + ("" if r["ok"] else " !")  # ! beyond tolerance (an anchor, timed)
-        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<11}{check:<18}{t}")
+        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<13}{check:<18}{t}")
     if "decode" in a.parts and a.device == "cuda" and not a.check_only:
         rows += bench_decode(dtype, a.mamba_src)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
-    if not all(r["ok"] for r in rows if r["variant"] == "ssmscan"):
+    if not all(r["ok"] for r in rows if r["variant"].startswith("ssmscan")):
         raise SystemExit("ssmscan failed its check")
 
 

@@ -297,6 +297,32 @@ def test_gpu_op(L, dt, ssd_inputs):
 
 @pytest.mark.gpu
 @_CUDA
+@pytest.mark.parametrize("L", [65, 1000])
+def test_gpu_op_float32_tf32(L, ssd_inputs):
+    """float32 inputs where the caller allows TF32 (``torch.set_float32_matmul_precision
+    ("high")``): the plan takes plain TF32, whose operands carry float16's 10-bit mantissa, so
+    every result is held to float16's tolerance; back at "highest" the float32 one holds."""
+    kw = ssd_inputs(batch=2, L=L, nheads=4, headdim=64, ngroups=2, dstate=128,
+                    dtype=torch.float32, seed=L, **FULL)  # fmt: skip
+    on_gpu = _cuda(kw)
+    dout, dfinal = _dout_dfinal(kw, L, True)
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert plan_for(on_gpu["x"], on_gpu["B"]).precision == "tf32"
+        out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert_close_to_reference("out", out, r_out, torch.float16)
+    assert_close_to_reference("final_states", final, r_final, torch.float16)
+    for k, g in grads.items():
+        assert_close_to_reference(f"d{k}", g, r_grads[k], torch.float16)
+    assert plan_for(on_gpu["x"], on_gpu["B"]).precision == "tf32x3"
+
+
+@pytest.mark.gpu
+@_CUDA
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 @pytest.mark.parametrize("L", [63, 1000])
 def test_gpu_op_walking(L, dt, ssd_inputs):

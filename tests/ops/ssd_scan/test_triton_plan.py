@@ -84,6 +84,19 @@ def test_plan_table(shape, expected):
     assert got == expected
 
 
+def test_plan_float32_precision_follows_the_caller():
+    """float32: 3xTF32 at PyTorch's default "highest" float32 matmul precision, plain TF32 where
+    the caller allows it ("high" / "medium"), IEEE where there are no tensor cores; 16-bit
+    inputs are not affected; an unknown word is refused by name."""
+    assert plan_ssd(24, 64, 1, 128, FP32, H200).precision == "tf32x3"
+    assert plan_ssd(24, 64, 1, 128, FP32, H200, "high").precision == "tf32"
+    assert plan_ssd(24, 64, 1, 128, FP32, H200, "medium").precision == "tf32"
+    assert plan_ssd(4, 4, 2, 8, FP32, INTERPRETED, "high").precision == "ieee"
+    assert plan_ssd(24, 64, 1, 128, BF16, H200, "high") is plan_ssd(24, 64, 1, 128, BF16, H200)
+    with pytest.raises(ValueError, match="matmul_precision.*'low'"):
+        plan_ssd(24, 64, 1, 128, FP32, H200, "low")
+
+
 def test_plan_is_cached_frozen_and_replaceable():
     """The same plan object for the same call; frozen; an experiment's variation through
     ``dataclasses.replace`` leaves the planner's untouched."""

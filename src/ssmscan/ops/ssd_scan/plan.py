@@ -129,7 +129,13 @@ def _pad(n: int) -> int:
 
 
 def plan_ssd(
-    nheads: int, headdim: int, ngroups: int, dstate: int, dtype: torch.dtype, facts: DeviceFacts
+    nheads: int,
+    headdim: int,
+    ngroups: int,
+    dstate: int,
+    dtype: torch.dtype,
+    facts: DeviceFacts,
+    matmul_precision: str = "highest",
 ) -> SSDPlan:
     """The plan of an SSD call.
 
@@ -142,12 +148,16 @@ def plan_ssd(
     spilled 212 bytes in the dx kernel). float32 inputs use 3xTF32 on devices with tensor cores
     (the float32 tolerance, 1e-5 max-normalized, rules out plain TF32's ~3e-4; its split
     operands still spill 0.4-0.5 KB in the backward kernels), IEEE float32 elsewhere and under
-    the interpreter.
+    the interpreter. A caller that allows TF32 for float32 matmuls (``matmul_precision`` "high"
+    or "medium", PyTorch's ``torch.set_float32_matmul_precision`` words, which ``plan_for``
+    passes) gets plain TF32 on the tensor cores, as mamba-ssm runs float32 inputs: operands
+    rounded to a 10-bit mantissa, float16's tolerance rather than float32's.
 
     Args:
         nheads, headdim, ngroups, dstate: the head geometry (ints).
         dtype: x's dtype.
         facts: the device's ``DeviceFacts``.
+        matmul_precision: "highest" (the float32 tolerance), "high" or "medium" (TF32 allowed).
 
     Returns:
         A frozen ``SSDPlan``; cached.
@@ -157,17 +167,30 @@ def plan_ssd(
         >>> p.chunk, p.state_block_p, p.state_block_n, p.block_p, p.block_n, p.precision
         (64, 64, 128, 32, 32, 'tf32')
     """
-    return _plan_ssd(int(nheads), int(headdim), int(ngroups), int(dstate), dtype, facts)
+    if matmul_precision not in ("highest", "high", "medium"):
+        raise ValueError(
+            f"plan_ssd: matmul_precision must be 'highest', 'high' or 'medium' (PyTorch's "
+            f"float32 matmul precisions); got {matmul_precision!r}"
+        )
+    tf32 = matmul_precision != "highest" and dtype == torch.float32  # 16-bit: one plan
+    return _plan_ssd(int(nheads), int(headdim), int(ngroups), int(dstate), dtype, facts, tf32)
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan_ssd(
-    nheads: int, headdim: int, ngroups: int, dstate: int, dtype: torch.dtype, facts: DeviceFacts
+    nheads: int,
+    headdim: int,
+    ngroups: int,
+    dstate: int,
+    dtype: torch.dtype,
+    facts: DeviceFacts,
+    tf32: bool,
 ) -> SSDPlan:
     del nheads, ngroups  # the per-chunk work of a head does not depend on them
     pp, np_ = _pad(headdim), _pad(dstate)
     if dtype == torch.float32:
-        precision = "tf32x3" if facts.compiled and facts.capability >= (8, 0) else "ieee"
+        tensor_cores = facts.compiled and facts.capability >= (8, 0)
+        precision = ("tf32" if tf32 else "tf32x3") if tensor_cores else "ieee"
     else:
         precision = "tf32"  # 16-bit inputs' float32 operands (f32_dot); Triton's default
     chunk = 64
@@ -259,9 +282,11 @@ def _plan_ssd(
 
 def plan_for(x: torch.Tensor, B: torch.Tensor) -> SSDPlan:
     """The planner's plan for a call with these ``x`` (batch, L, nheads, headdim) and ``B``
-    (batch, L, ngroups, dstate), on their device."""
+    (batch, L, ngroups, dstate), on their device, at the caller's float32 matmul precision
+    (``torch.get_float32_matmul_precision()``: "highest" unless the caller allowed TF32)."""
     _, _, nheads, headdim = x.shape
-    return plan_ssd(nheads, headdim, B.shape[2], B.shape[3], x.dtype, device_facts(x.device))
+    return plan_ssd(nheads, headdim, B.shape[2], B.shape[3], x.dtype, device_facts(x.device),
+                    torch.get_float32_matmul_precision())  # fmt: skip
 
 
 __all__ = ["H200", "INTERPRETED", "SSDPlan", "plan_for", "plan_ssd"]
