@@ -42,7 +42,7 @@ def _inputs(
 def _check(out, new_state, x, state, weight, bias, silu, dtype):
     r_out, r_state = causal_conv1d_reference(x, state, weight, bias, silu)
     assert out.dtype == x.dtype and new_state.dtype == x.dtype
-    assert out.is_contiguous() and new_state.is_contiguous()
+    assert (out.is_contiguous() or out.transpose(1, 2).is_contiguous()) and new_state.is_contiguous()
     assert out.shape == x.shape and new_state.shape == (x.shape[0], x.shape[2], weight.shape[1])
     assert_close_to_reference("out", out, r_out, dtype)
     torch.testing.assert_close(new_state, r_state, rtol=0, atol=0)  # a copy: exact
@@ -100,6 +100,32 @@ def test_fake_matches_real_shapes_and_strides():
         assert (f.shape, f.stride(), f.dtype) == (r.shape, r.stride(), r.dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_out_follows_x_layout(dtype):
+    """x the transpose of a channel-major (batch, dim, L) slice (Mamba-1's prefill): out is
+    channel-major too, real and fake alike, with the token-major result's values (a one-token
+    chunk too)."""
+    g = torch.Generator().manual_seed(5)
+    xz = torch.randn(3, 2 * 11, 6, generator=g, dtype=dtype)
+    x = xz[:, :11].transpose(1, 2)  # (3, 6, 11), time stride 1, batch stride 2 * 11 * 6
+    _, state, weight, bias = _inputs(3, 6, 11, 4, dtype)
+    out, new_state = torch.ops.ssmscan.causal_conv1d(x, state, weight, bias, True)
+    assert out.stride() == (66, 1, 6) and new_state.is_contiguous()
+    want, want_state = torch.ops.ssmscan.causal_conv1d(x.contiguous(), state, weight, bias, True)
+    assert want.is_contiguous()
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    torch.testing.assert_close(new_state, want_state, rtol=0, atol=0)
+    with FakeTensorMode() as mode:
+        fake, _ = torch.ops.ssmscan.causal_conv1d(
+            *(mode.from_tensor(t) for t in (x, state, weight, bias)), True
+        )
+    assert fake.stride() == out.stride()
+    one = xz[:, :11, :1].transpose(1, 2)  # a one-token chunk of it
+    got = torch.ops.ssmscan.causal_conv1d(one, state, weight, bias, True)[0]
+    want = torch.ops.ssmscan.causal_conv1d(one.contiguous(), state, weight, bias, True)[0]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_opcheck():
     for (batch, L, dim, K), has_state, silu in zip(
         SHAPES[:3], (True, False, True), (True, True, False)
@@ -142,9 +168,11 @@ def test_triton_interpreter_channel_major_x():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 67, 40, generator=g).transpose(1, 2)
     state, weight, bias = torch.randn(2, 67, 4, generator=g), torch.randn(67, 4), torch.randn(67)
-    out, new_state = torch.empty(x.shape), torch.empty(2, 67, 4)
-    triton_fwd.launch(x, state, weight, bias, True, out, new_state)
-    _check(out, new_state, x, state, weight, bias, True, torch.float32)
+    for out in torch.empty(x.shape), torch.empty(2, 67, 40).transpose(1, 2):  # either layout
+        out.fill_(float("nan"))
+        new_state = torch.full((2, 67, 4), float("nan"))
+        triton_fwd.launch(x, state, weight, bias, True, out, new_state)
+        _check(out, new_state, x, state, weight, bias, True, torch.float32)
 
 
 @pytest.mark.gpu
@@ -161,5 +189,11 @@ def test_gpu(batch, L, dim, K, dtype, has_state):
     before = None if state is None else state.clone()
     out, new_state = torch.ops.ssmscan.causal_conv1d(x, state, weight, bias, True)
     _check(out, new_state, x, state, weight, bias, True, dtype)
+    # channel-major x and out (Mamba-1's prefill), the same values
+    xc = x.transpose(1, 2).contiguous().transpose(1, 2)
+    out_c, state_c = torch.ops.ssmscan.causal_conv1d(xc, state, weight, bias, True)
+    assert L == 1 or out_c.stride() == (dim * L, 1, L)
+    torch.testing.assert_close(out_c, out, rtol=0, atol=0)
+    torch.testing.assert_close(state_c, new_state, rtol=0, atol=0)
     if state is not None:
         torch.testing.assert_close(state, before, rtol=0, atol=0)

@@ -94,13 +94,19 @@ def causal_conv1d(
         silu: apply SiLU to the output.
 
     Returns:
-        ``(out (batch, L, dim), new_conv_state (batch, dim, K))``, both in x's dtype, fresh and
-        contiguous.
+        ``(out (batch, L, dim), new_conv_state (batch, dim, K))``, both in x's dtype and fresh.
+        The state is contiguous; out is laid out as x is: channel-major (a transposed contiguous
+        (batch, dim, L) tensor) where x's time stride is 1 and its channel stride is not (x a
+        slice of a channel-major projection, Note [channel-major prefill] in
+        ``ssmscan.models.mamba``), contiguous otherwise.
     """
     _check(x, conv_state, weight, bias)
-    batch, _, dim = x.shape
+    batch, length, dim = x.shape
     K = weight.shape[1]
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.stride(1) == 1 and x.stride(2) != 1:
+        out = torch.empty((batch, dim, length), dtype=x.dtype, device=x.device).transpose(1, 2)
+    else:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     new_state = torch.empty((batch, dim, K), dtype=x.dtype, device=x.device)
     if _fused(x, conv_state, weight, bias):
         from ssmscan.ops.causal_conv1d import triton_fwd

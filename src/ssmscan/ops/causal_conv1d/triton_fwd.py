@@ -25,7 +25,7 @@ def _causal_conv1d_fwd_kernel(
     state,  # (batch, dim, K), strided, or a placeholder
     w,  # (dim, K), strided
     bias,  # (dim,), strided, or a placeholder
-    out,  # (batch, L, dim) out, contiguous, x's dtype
+    out,  # (batch, L, dim) out, x's dtype, dense: token- or channel-major (s_o_*)
     new_state,  # (batch, dim, K) out, contiguous, x's dtype
     L,  # tokens
     dim,  # channels
@@ -38,6 +38,9 @@ def _causal_conv1d_fwd_kernel(
     s_w_d,  # weight strides: channel, tap
     s_w_k,
     s_bias_d,  # bias stride
+    s_o_b,  # out strides: batch, token, channel
+    s_o_l,
+    s_o_d,
     K: tl.constexpr,  # taps
     KP: tl.constexpr,  # K rounded up to a power of two
     BLOCK_L: tl.constexpr,
@@ -72,7 +75,7 @@ def _causal_conv1d_fwd_kernel(
         acc += tl.load(bias + o_d * s_bias_d, mask=m_d, other=0.0).to(tl.float32)[None, :]
     if SILU:
         acc = acc / (1.0 + tl.exp(-acc))
-    p_out = out + i_b * L * dim + o_l[:, None] * dim + o_d[None, :]
+    p_out = out + i_b * s_o_b + o_l[:, None] * s_o_l + o_d[None, :] * s_o_d
     tl.store(p_out, acc.to(out.dtype.element_ty), mask=m_l[:, None] & m_d[None, :])
     if i_l == 0:
         # the next state: entry j is input L - K + j of x, or the old state's entry L + j
@@ -99,9 +102,9 @@ def launch(
     out: torch.Tensor,
     new_state: torch.Tensor,
 ) -> None:
-    """The convolution into the preallocated contiguous ``out`` (batch, L, dim) and ``new_state``
-    (batch, dim, K), both in x's dtype; args as ``ssmscan::causal_conv1d``. The outputs must not
-    overlap the inputs."""
+    """The convolution into the preallocated ``out`` (batch, L, dim), any strides (the op makes it
+    token- or channel-major as x is), and the contiguous ``new_state`` (batch, dim, K), both in
+    x's dtype; args as ``ssmscan::causal_conv1d``. The outputs must not overlap the inputs."""
     batch, length, dim = (int(s) for s in x.shape)
     K = int(weight.shape[1])
     if batch == 0 or dim == 0:
@@ -122,6 +125,7 @@ def launch(
         *(conv_state.stride() if conv_state is not None else (0, 0, 0)),
         *weight.stride(),
         bias.stride(0) if bias is not None else 0,
+        *out.stride(),
         K=K,
         KP=next_pow2(K),
         BLOCK_L=block_l,
