@@ -16,7 +16,7 @@ has() { [[ " $PARTS " == *" $1 "* || " $PARTS " == *" all "* ]]; }
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 
-if (has bench || has ssd) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
+if (has bench || has ssd || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
     mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
 fi
 if (has bench || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
