@@ -42,7 +42,8 @@ def _inputs(
 def _check(out, new_state, x, state, weight, bias, silu, dtype):
     r_out, r_state = causal_conv1d_reference(x, state, weight, bias, silu)
     assert out.dtype == x.dtype and new_state.dtype == x.dtype
-    assert (out.is_contiguous() or out.transpose(1, 2).is_contiguous()) and new_state.is_contiguous()
+    assert out.is_contiguous() or out.transpose(1, 2).is_contiguous()  # x's layout
+    assert new_state.is_contiguous()
     assert out.shape == x.shape and new_state.shape == (x.shape[0], x.shape[2], weight.shape[1])
     assert_close_to_reference("out", out, r_out, dtype)
     torch.testing.assert_close(new_state, r_state, rtol=0, atol=0)  # a copy: exact

@@ -49,20 +49,28 @@ def main() -> None:
         compile_sm90(conv_fwd._conv1d_step_fwd_kernel, vals, 4)
         print(f"conv1d_step x={xt[1:]} state={st[1:]} bias={has_bias} silu={silu} ok")
 
-    for (xt, st), has_state, has_bias, silu in itertools.product(
+    # x and out token-major (Mamba-2's xBC slice) or channel-major (Mamba-1's prefill)
+    layouts = {
+        "token-major": dict(s_x_b=3352 * 2048, s_x_l=3352, s_x_d=1, s_o_b=1792 * 2048,
+                            s_o_l=1792, s_o_d=1),
+        "channel-major": dict(s_x_b=3584 * 2048, s_x_l=1, s_x_d=2048, s_o_b=1792 * 2048,
+                              s_o_l=1, s_o_d=2048),
+    }  # fmt: skip
+    for (xt, st), has_state, has_bias, silu, layout in itertools.product(
         (("*bf16", "*fp32"), ("*fp32", "*fp32"), ("*fp16", "*fp16")),
         (True, False),
         (True, False),
         (True, False),
+        layouts,
     ):
         vals = dict(x=xt, state=st, w=xt, bias=xt, out=xt, new_state=xt, L=2048, dim=1792,
-                    s_x_b=3352 * 2048, s_x_l=3352, s_x_d=1, s_s_b=7168, s_s_d=4, s_s_k=1,
-                    s_w_d=4, s_w_k=1, s_bias_d=1, K=4, KP=4, BLOCK_L=32, BLOCK_D=64,
-                    HAS_STATE=has_state, HAS_BIAS=has_bias, SILU=silu)  # fmt: skip
+                    s_s_b=7168, s_s_d=4, s_s_k=1, s_w_d=4, s_w_k=1, s_bias_d=1, K=4, KP=4,
+                    BLOCK_L=32, BLOCK_D=64, HAS_STATE=has_state, HAS_BIAS=has_bias, SILU=silu,
+                    **layouts[layout])  # fmt: skip
         compile_sm90(chunk_conv_fwd._causal_conv1d_fwd_kernel, vals, 4)
         print(
             f"causal_conv1d x={xt[1:]} state={st[1:]} state={has_state} bias={has_bias} "
-            f"silu={silu} ok"
+            f"silu={silu} {layout} ok"
         )
 
 

@@ -45,9 +45,10 @@ def _ptxas_report(compiled) -> str:
 
 def _compile(kernel, values, num_warps, num_stages):
     """``triton.compile`` for sm_90 as ``ssmscan.testing.triton_sm90.compile_sm90`` does, with
-    string constexprs (``PRECISION``) and float scalars (``FLOATS``): a str value of a
-    non-constexpr parameter is a pointer type, 16-byte aligned; ints are i32; an absent tensor
-    (None) the float32 placeholder the launcher passes (Note [no None pointers])."""
+    string constexprs (``PRECISION``) and float scalars (``FLOATS``, typed float64 as Inductor
+    types them): a str value of a non-constexpr parameter is a pointer type, 16-byte aligned;
+    ints are i32; an absent tensor (None) the float32 placeholder the launcher passes (Note [no
+    None pointers])."""
     import triton
 
     sig, const, attrs = {}, {}, {}
@@ -58,7 +59,9 @@ def _compile(kernel, values, num_warps, num_stages):
         if i in kernel.constexprs or isinstance(v, bool):
             sig[name], const[name] = "constexpr", v
         elif name in FLOATS:
-            sig[name] = "fp32"
+            # float64: how Inductor types a Python float of a user kernel (``wrap_triton`` under
+            # torch.compile); the kernels must keep float32 arithmetic whatever the scalar's type
+            sig[name] = "fp64"
         elif isinstance(v, str):
             sig[name] = v
             attrs[(i,)] = [["tt.divisibility", 16]]

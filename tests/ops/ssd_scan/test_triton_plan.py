@@ -5,6 +5,9 @@ interpreter; no GPU needed."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -93,7 +96,7 @@ def test_plan_float32_precision_follows_the_caller():
     assert plan_ssd(24, 64, 1, 128, FP32, H200, "medium").precision == "tf32"
     assert plan_ssd(4, 4, 2, 8, FP32, INTERPRETED, "high").precision == "ieee"
     assert plan_ssd(24, 64, 1, 128, BF16, H200, "high") is plan_ssd(24, 64, 1, 128, BF16, H200)
-    with pytest.raises(ValueError, match="matmul_precision.*'low'"):
+    with pytest.raises(ValueError, match=r"matmul_precision.*'low'"):
         plan_ssd(24, 64, 1, 128, FP32, H200, "low")
 
 
@@ -195,3 +198,18 @@ def test_split_table(shape, expected):
            q.warps_states_walk, q.states_walk_stages, q.split_states_16, q.split_f32_dot,
            (q.split_out_block_p, q.split_out_block_n), q.warps_split_out)  # fmt: skip
     assert got == expected
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """Every SSD kernel at the planner's H200 plan, each dtype and flag combination, through the
+    real compiler for sm_90 (``sm90_compile_check.py`` in a process without TRITON_INTERPRET: the
+    interpreter accepts code the compiler rejects), with float scalars typed float64 as Inductor
+    types them under torch.compile."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "sm90_compile_check.py")
+    res = subprocess.run(
+        [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert res.stdout.count(": ok, regs") >= 60, res.stdout

@@ -78,6 +78,7 @@ def _gated_rms_norm_fwd_kernel(
 ):
     i_r = tl.program_id(0).to(tl.int64)
     i_g = tl.program_id(1).to(tl.int64)
+    eps32 = tl.full((), eps, tl.float32)  # float32 math even where Inductor passes a float64
     o_0 = i_g * group_size
     p_x = x + i_r * s_x_r + o_0
     p_z = z + i_r * s_z_r + o_0
@@ -91,7 +92,7 @@ def _gated_rms_norm_fwd_kernel(
         b_h = _gated_input(
             p_x, p_r, p_nr, p_z, p_w, o_c, m_c, HAS_RES, True, HAS_Z, NORM_BEFORE_GATE, ROUND_X
         )
-        rstd = 1.0 / tl.sqrt(tl.sum(b_h * b_h, axis=0) / group_size + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(b_h * b_h, axis=0) / group_size + eps32)
         _normed_output(b_h, rstd, p_w, p_z, p_o, o_c, m_c, HAS_Z, NORM_BEFORE_GATE)
     else:
         b_acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -112,7 +113,7 @@ def _gated_rms_norm_fwd_kernel(
                 ROUND_X,
             )
             b_acc += b_h * b_h
-        rstd = 1.0 / tl.sqrt(tl.sum(b_acc, axis=0) / group_size + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(b_acc, axis=0) / group_size + eps32)
         for start in range(0, group_size, BLOCK):
             m_c = start + o_c < group_size
             b_h = _gated_input(

@@ -92,10 +92,12 @@ def _time_step(
         b_d += tl.load(p_bias).to(tl.float32)
     if SOFTPLUS:
         b_d = _softplus(b_d)
+    # the bounds as float32 scalars: Inductor passes a Python float to a user kernel as float64
+    # (torch.compile), which would otherwise promote the time steps and all that follows
     if HAS_MIN:
-        b_d = tl.maximum(b_d, dt_min)
+        b_d = tl.maximum(b_d, tl.full((), dt_min, tl.float32))
     if HAS_MAX:
-        b_d = tl.minimum(b_d, dt_max)
+        b_d = tl.minimum(b_d, tl.full((), dt_max, tl.float32))
     return tl.where(m_t, b_d, 0.0)
 
 
