@@ -631,26 +631,29 @@ def test_logits_match_transformers_mamba2(cfg):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_gpu_compiled_training_step_of_a_block(dtype):
     """A Mamba-2 block (headdim 64, d_state 128: Mamba-2's): one training step with its forward and
-    loss under
-    ``torch.compile(fullgraph=True)`` with Inductor (the SSD Triton kernels traced in) gives the
-    eager step's loss and gradients."""
+    loss under ``torch.compile(fullgraph=True)`` with Inductor (the SSD Triton kernels traced in)
+    gives the loss and gradients of the block's float64 twin (same rounded weights and inputs)
+    within the dtype's tolerance. The twin, not the eager step, is the reference: in bfloat16 the
+    eager and compiled steps round differently around the kernels (Inductor fuses the norm and
+    gate in float32), and two approximations can sit twice the tolerance apart while each is
+    within it of float64 (measured on an H100: eager dt_bias 1.1e-2, compiled 3.7e-3)."""
     torch._dynamo.reset()
     cfg = dataclasses.replace(Mamba2Config.preset("tiny"), d_model=256, d_state=128, headdim=64,
                               ngroups=1, chunk_size=64)  # fmt: skip
     torch.manual_seed(0)
     block = Mamba2Block(cfg).cuda().to(dtype)
-    twin = copy.deepcopy(block)
+    twin = copy.deepcopy(block).double()
     h = torch.randn(2, 301, cfg.d_model, device="cuda", dtype=dtype)
 
-    def loss_of(model):
-        out, _, _ = model(h)
-        return out.float().square().mean()
+    def loss_of(model, x):
+        out, _, _ = model(x)
+        return out.to(torch.float64 if x.dtype == torch.float64 else torch.float32).square().mean()
 
-    want = loss_of(block)
+    want = loss_of(twin, h.double())
     want.backward()
     # the forward and loss compiled as one graph; AOTAutograd compiles its backward
-    got = torch.compile(loss_of, fullgraph=True, backend="inductor")(twin)
+    got = torch.compile(loss_of, fullgraph=True, backend="inductor")(block, h)
     got.backward()
     assert_close_to_reference("loss", got.detach(), want.detach(), dtype)
-    for (name, p), q in zip(block.named_parameters(), twin.parameters()):
+    for (name, p), q in zip(twin.named_parameters(), block.parameters()):
         assert_close_to_reference(f"grad {name}", q.grad, p.grad, dtype)
