@@ -107,10 +107,24 @@ def test_fused_wiring_gives_the_pytorch_models_results(monkeypatch, name, dtype)
     assert not any(counter.calls[op] for op in FUSED_OPS)
 
 
-@pytest.mark.parametrize("residual_in_fp32", [True, False], ids=["fp32-residual", "bf16-residual"])
-def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32):
-    cfg = dataclasses.replace(MambaConfig.preset("tiny"), residual_in_fp32=residual_in_fp32)
+@pytest.mark.parametrize(
+    "residual_in_fp32,bias",
+    [(True, False), (False, False), (True, True)],
+    ids=["fp32-residual", "bf16-residual", "projection-biases"],
+)
+def test_fused_wiring_of_mamba1(monkeypatch, residual_in_fp32, bias):
+    """Mamba-1's fused path (its channel-major prefill, Note [channel-major prefill]) through the
+    ops' CPU paths against the PyTorch model; with biases in in_proj and out_proj and none in the
+    convolution too."""
+    cfg = dataclasses.replace(MambaConfig.preset("tiny"), residual_in_fp32=residual_in_fp32,
+                              bias=bias, conv_bias=not bias)  # fmt: skip
     ref_model = MambaLM.from_config(cfg).eval()
+    if bias:  # the init zeroes projection biases: random ones, so a misplaced bias shows
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for layer in ref_model.layers:
+                for proj in (layer.mixer.in_proj, layer.mixer.out_proj):
+                    proj.bias.copy_(0.1 * torch.randn(proj.bias.shape, generator=g))
     model = copy.deepcopy(ref_model).bfloat16()
     ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
