@@ -68,6 +68,10 @@ if has ssd; then
     # Mamba-2 SSD: Triton kernels against mamba-ssm's Triton SSD (pure Triton: the unpacked sdist,
     # no build) and flash-linear-attention when importable; then its AOTInductor package
     stamp "SSD benchmark"
+    # flash-linear-attention's kernels (its fla-core wheel, no dependencies beyond einops)
+    if ls .whl/fla_core-*.whl > /dev/null 2>&1; then
+        python3 -m pip install --no-deps -q .whl/fla_core-*.whl > "$OUT/fla_install.log" 2>&1
+    fi
     MB=$(ls -d /tmp/mb/mamba_ssm-* 2>/dev/null | head -1)
     timeout "${T_BENCH:-240}" python3 benchmarks/ssd_scan/bench_gpu.py ${MB:+--mamba-src "$MB"} \
         --out "$OUT/ssd_gpu.json" > "$OUT/ssd_gpu.log" 2>&1
