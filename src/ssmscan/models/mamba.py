@@ -203,7 +203,7 @@ class MambaMixer(nn.Module):
             return self._prefill_channel_major(hidden_states, conv_state, ssm_state)
         xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 * d_inner, L)
         x, z = xz.chunk(2, dim=1)
-        if decode:
+        if conv_state is not None and ssm_state is not None and decode:
             return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state)
         w, bias = self.conv1d.weight, self.conv1d.bias
         if conv_state is None:
@@ -228,7 +228,7 @@ class MambaMixer(nn.Module):
         ssm_state: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The selective scan of a chunk; x, dt, z (batch, d_inner, L), B, C (batch, N, L)."""
-        return selective_scan(
+        out, last_state = selective_scan(
             x,
             dt,
             -torch.exp(self.A_log.float()),
@@ -242,6 +242,7 @@ class MambaMixer(nn.Module):
             initial_state=ssm_state,
             impl=self.impl,
         )
+        return out, last_state
 
     def _prefill_channel_major(
         self,
