@@ -2,10 +2,11 @@
 # One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
 # in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
 #
-#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | models | all (default)
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | models | profile | all (default)
 #
 # Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
-# BENCH_ARGS (extra arguments for bench_gpu.py), T_TESTS / T_BENCH (timeouts, s).
+# BENCH_ARGS (extra arguments for bench_gpu.py), MODELS (`models` and `profile`, e.g.
+# mamba2-130m,mamba1-130m), T_TESTS / T_BENCH / T_MODELS / T_PROFILE (timeouts, s).
 # mamba-ssm side by side: put its sdist and shared/anchors/build_mamba_cuda.py under .whl/ (the
 # README's "GPU benchmarks" says how); without them the benchmark times ssmscan alone.
 set -u
@@ -93,5 +94,12 @@ if has models; then
     PYTHONPATH=$PYTHONPATH:/tmp/mbuild timeout "${T_MODELS:-420}" python3 benchmarks/integrations/bench_gpu_models.py \
         ${MODELS:+--models "$MODELS"} --out "$OUT/models.json" > "$OUT/models.log" 2>&1
     echo "models rc=$?"; grep -v '^{' "$OUT/models.log" | tail -40
+fi
+if has profile; then
+    # where the built-in models' GPU time goes (tools/profile_models.py), prefill and a decode step
+    stamp "model profiles"
+    timeout "${T_PROFILE:-240}" python3 tools/profile_models.py ${MODELS:+--models "$MODELS"} \
+        --batches 1,8 --decode > "$OUT/profile.log" 2>&1
+    echo "profile rc=$?"; grep -E "wall|^  " "$OUT/profile.log" | head -60
 fi
 stamp done
