@@ -9,6 +9,10 @@ Shapes are (batch, L, nheads, headdim, ngroups, dstate). Two problems:
   ``chunk_simple_gla`` computes (q = C, k = B, v = dt x, g = dt A, scale 1, the heads' copies of
   B and C made inside the timed call): all three.
 
+``--plans NAME=field:value,...`` adds ours by the planner's plan changed so (``ssmscan[NAME]``,
+launched directly through its own autograd function; the plan fields are
+``ssmscan.ops.ssd_scan.plan.SSDPlan``'s): the way a planner decision is re-timed.
+
 float32 inputs: ours at PyTorch's default float32 matmul precision (3xTF32, the float32
 tolerance) and as ``ssmscan-tf32``, where the caller allows TF32 as mamba-ssm's kernels always use
 it (``torch.set_float32_matmul_precision("high")``; float16's tolerance, a 10-bit mantissa).
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -99,8 +104,8 @@ def ours(kw, full):
             x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"), kw.get("dt_bias"),
             None, None, full, 0.0, float("inf"), 64,
         )  # fmt: skip
-    return _Interpreted.apply(x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"),
-                              kw.get("dt_bias"), full)  # fmt: skip
+    return _Launchers.apply(x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"),
+                            kw.get("dt_bias"), full, None)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -116,17 +121,18 @@ def _matmul_precision(name):
         torch.set_float32_matmul_precision(before)
 
 
-class _Interpreted(torch.autograd.Function):
-    """The launchers on CPU tensors (Triton's interpreter): the op's CPU path is the C kernel."""
+class _Launchers(torch.autograd.Function):
+    """The launchers called directly by a plan (None: the planner's): on CPU tensors under
+    Triton's interpreter (the op's CPU path is the C kernel), and for ``--plans`` variants."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, z, dt_bias, full):
+    def forward(ctx, x, dt, A, B, C, D, z, dt_bias, full, plan):
         from ssmscan.ops.ssd_scan import triton_fwd
 
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias)
-        ctx.full = full
+        ctx.full, ctx.plan = full, plan
         return triton_fwd.forward(x, dt, A, B, C, D, z, dt_bias, None, None, full, 0.0,
-                                  float("inf"))  # fmt: skip
+                                  float("inf"), plan)  # fmt: skip
 
     @staticmethod
     def backward(ctx, dout, dfinal):
@@ -135,11 +141,46 @@ class _Interpreted(torch.autograd.Function):
         x, dt, A, B, C, D, z, dt_bias = ctx.saved_tensors
         dx, ddt, dA, dB, dC, opt = triton_bwd.backward(
             dout.contiguous(), dfinal, x, dt, A, B, C, D, z, dt_bias, None, None, ctx.full, 0.0,
-            float("inf"),
+            float("inf"), ctx.plan,
         )  # fmt: skip
         rest = iter(opt)
         return (dx, ddt, dA, dB, dC, *(next(rest) if t is not None else None
-                                       for t in (D, z, dt_bias)), None)  # fmt: skip
+                                       for t in (D, z, dt_bias)), None, None)  # fmt: skip
+
+
+def parse_plan_changes(spec):
+    """``"name=field:value,field:value"`` -> (name, {field: value}) for ``dataclasses.replace``
+    of the planner's ``SSDPlan``: ints, ``true`` / ``false``, else strings; an unknown field is
+    refused with the plan's fields."""
+    from ssmscan.ops.ssd_scan.plan import SSDPlan
+
+    name, sep, body = spec.partition("=")
+    fields = {f.name for f in dataclasses.fields(SSDPlan)}
+    changes = {}
+    for item in body.split(",") if sep and body else ():
+        key, _, value = item.partition(":")
+        if key not in fields:
+            raise SystemExit(f"--plans {spec!r}: {key!r} is not an SSDPlan field; "
+                             f"fields: {', '.join(sorted(fields))}")  # fmt: skip
+        low = value.lower()
+        changes[key] = (low == "true" if low in ("true", "false")
+                        else int(value) if value.lstrip("-").isdigit() else value)  # fmt: skip
+    if not name or not changes:
+        raise SystemExit(f"--plans {spec!r}: expected NAME=field:value[,field:value ...]")
+    return name, changes
+
+
+def ours_planned(changes):
+    """ours with the planner's plan for the call changed by ``changes``, forward and backward."""
+    from ssmscan.ops.ssd_scan.plan import plan_for
+
+    def run(kw, full):
+        x = kw["x"]
+        plan = dataclasses.replace(plan_for(x, kw["B"]), **changes)
+        return _Launchers.apply(x, kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"),
+                                kw.get("dt_bias"), full, plan)  # fmt: skip
+
+    return run
 
 
 def _mamba_package(src):
@@ -407,6 +448,9 @@ def main():
     ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
+    ap.add_argument("--plans", nargs="*", default=[], metavar="NAME=field:value[,...]",
+                    help="also time ours by the planner's plan changed so (dataclasses.replace "
+                    "of SSDPlan), each checked like the rest, e.g. dx16=block_p:16")  # fmt: skip
     ap.add_argument("--problems", nargs="*", default=["full", "core"], choices=["full", "core"],
                     help="full: z, D, dt_bias, softplus (mamba-ssm's form); core: none of them "
                     "(flash-linear-attention's); each new one costs mamba-ssm an autotuning")  # fmt: skip
@@ -416,6 +460,9 @@ def main():
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
     dtype = DTYPES[a.dtype]
     variants = {"ssmscan": (ours, None)}
+    for spec in a.plans:
+        name, changes = parse_plan_changes(spec)
+        variants[f"ssmscan[{name}]"] = (ours_planned(changes), None)
     if dtype == torch.float32:  # TF32 operands: float16's tolerance (a 10-bit mantissa)
         variants["ssmscan-tf32"] = (ours, None)
     if a.device == "cuda":
@@ -469,7 +516,7 @@ def main():
                                                / row["fwdbwd_ms"])  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row))
-    print(f"\n{'shape':<28}{'problem':<8}{'variant':<13}{'check':<18}{'fwd ms':>9}{'floor':>7}"
+    print(f"\n{'shape':<28}{'problem':<8}{'variant':<18}{'check':<18}{'fwd ms':>9}{'floor':>7}"
           f"{'f+b ms':>9}{'floor':>7}   ours / this")  # fmt: skip
     mine = {(r["shape"], r["problem"]): r for r in rows if r["variant"] == "ssmscan"}
     for r in rows:
@@ -487,7 +534,7 @@ def main():
                 t += (f"{m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}" if "fwdbwd_ms" in r
                       else "- (its backward: " + r["bwd_error"][:60] + ")")  # fmt: skip
         check = r["check"] + ("" if r["ok"] else " !")  # ! beyond tolerance (an anchor, timed)
-        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<13}{check:<18}{t}")
+        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<18}{check:<18}{t}")
     if "decode" in a.parts and a.device == "cuda" and not a.check_only:
         rows += bench_decode(dtype, a.mamba_src)
     if a.out:

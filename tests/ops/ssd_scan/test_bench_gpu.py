@@ -28,3 +28,25 @@ def test_check_only_on_cpu(problem):
     assert res.returncode == 0, res.stdout + res.stderr
     assert f'"problem": "{problem}", "variant": "ssmscan"' in res.stdout
     assert '"ok": true' in res.stdout and '"ok": false' not in res.stdout
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="runs the launchers under TRITON_INTERPRET=1 (set without a GPU)")  # fmt: skip
+def test_plan_variants_are_checked_too():
+    """``--plans``: ours by a changed plan (here the three-launch forward and C·Bᵀ per head) runs
+    through the same gate; an unknown plan field is refused by name."""
+    res = subprocess.run(
+        [sys.executable, str(BENCH), "--device", "cpu", "--check-only", "--parts", "scan",
+         "--problems", "full", "--shapes", "1,37,2,16,1,16",
+         "--plans", "three=split:false,cb_once:false"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert '"variant": "ssmscan[three]"' in res.stdout
+    assert '"ok": true' in res.stdout and '"ok": false' not in res.stdout
+    bad = subprocess.run(
+        [sys.executable, str(BENCH), "--device", "cpu", "--check-only", "--plans", "x=blockp:16"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"},
+    )  # fmt: skip
+    assert bad.returncode != 0 and "'blockp' is not an SSDPlan field" in bad.stderr, bad.stderr

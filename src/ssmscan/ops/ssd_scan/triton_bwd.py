@@ -568,14 +568,15 @@ def backward(
     dt_softplus: bool,
     dt_min: float,
     dt_max: float,
+    plan: SSDPlan | None = None,
 ) -> tuple[
     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]
 ]:
     """(dx, ddt, dA, dB, dC, [dD, dz, ddt_bias, dinitial_states for those given]), fresh
-    (``shapes.empty_backward_outputs``), from the kernels."""
+    (``shapes.empty_backward_outputs``), from the kernels, by ``plan`` (the planner's if None)."""
     dx, ddt, dA, dB, dC, optional = empty_backward_outputs(
         x, dt, A, B, C, D, z, dt_bias, initial_states
     )
     launch(dout, dfinal_states, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx,
-           dt_softplus, dt_min, dt_max, dx, ddt, dA, dB, dC, optional)  # fmt: skip
+           dt_softplus, dt_min, dt_max, dx, ddt, dA, dB, dC, optional, plan)  # fmt: skip
     return dx, ddt, dA, dB, dC, optional

@@ -684,9 +684,11 @@ def forward(
     dt_softplus: bool,
     dt_min: float,
     dt_max: float,
+    plan: SSDPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, final_states), fresh (``shapes.empty_forward_outputs``), from the kernels."""
+    """(out, final_states), fresh (``shapes.empty_forward_outputs``), from the kernels, by
+    ``plan`` (the planner's if None; an experiment's own, e.g. a ``dataclasses.replace`` of it)."""
     out, final = empty_forward_outputs(x, B)
     launch(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_min, dt_max,
-           out, final)  # fmt: skip
+           out, final, plan)  # fmt: skip
     return out, final
