@@ -121,6 +121,37 @@ def test_impls_match_float64_reference_model(impl, L):
         )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("cfg", [TINY, ODD], ids=["tiny", "odd-with-biases"])
+def test_channel_major_prefill_equals_the_token_major_path(cfg, dtype, monkeypatch):
+    """Inference (no gradient, not traced) prefills channel-major (Note [channel-major prefill]);
+    training keeps the token-major modules. The two agree on a whole prefill and on a chunk that
+    continues from states, outputs and states alike (random biases: the init zeroes them)."""
+    torch.manual_seed(5)
+    mixer = MambaMixer(cfg).to(dtype)
+    with torch.no_grad():
+        for p in (mixer.in_proj.bias, mixer.out_proj.bias, mixer.conv1d.bias):
+            if p is not None:
+                p.copy_(0.1 * torch.randn(p.shape))
+    h = torch.randn(2, 37, cfg.d_model, dtype=dtype)
+    conv_state = torch.randn(2, cfg.d_inner, cfg.d_conv, dtype=dtype)
+    ssm_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    ssm_state = torch.randn(2, cfg.d_inner, cfg.d_state, dtype=ssm_dtype)
+    calls = []
+    prefill = MambaMixer._prefill_channel_major
+    monkeypatch.setattr(MambaMixer, "_prefill_channel_major",
+                        lambda self, *a: calls.append(1) or prefill(self, *a))  # fmt: skip
+    for states in ((None, None), (conv_state, ssm_state)):
+        token_major = [t.detach() for t in mixer(h, *states)]  # parameters require grad
+        assert not calls
+        with torch.no_grad():
+            channel_major = mixer(h, *states)
+        assert calls and calls.pop()
+        for name, got, want in zip(("out", "conv_state", "ssm_state"), channel_major, token_major):
+            assert got.shape == want.shape and got.dtype == want.dtype, name
+            assert_close_to_reference(name, got, want, dtype)
+
+
 def test_block_is_prenorm_residual():
     block = MambaBlock(TINY).eval()
     h = torch.randn(2, 9, TINY.d_model)

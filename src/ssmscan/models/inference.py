@@ -20,6 +20,37 @@ from torch import nn
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
+def inference_only(*tensors: torch.Tensor | None) -> bool:
+    """Whether these tensors run outside training and tracing: plain tensors (parameters
+    included), no gradient needed, not under ``torch.compile``, ``torch.export`` or
+    ``torch.jit.trace`` (Note [fused inference]); any device and dtype.
+
+    Args:
+        tensors: the inputs and parameters of one layer; None entries are skipped.
+
+    Returns:
+        True where a model may take an inference-only path without changing any traced graph.
+
+    Example:
+        >>> import torch
+        >>> from ssmscan.models.inference import inference_only
+        >>> with torch.no_grad():
+        ...     inference_only(torch.ones(2), None)
+        True
+    """
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor and type(t) is not nn.Parameter:
+            return False
+        if grad and t.requires_grad:
+            return False
+    return True
+
+
 def fused_inference(*tensors: torch.Tensor | None) -> bool:
     """Whether the fused inference kernels apply to these tensors (Note [fused inference]).
 
@@ -36,16 +67,8 @@ def fused_inference(*tensors: torch.Tensor | None) -> bool:
         >>> fused_inference(torch.ones(2), None)  # CPU: the PyTorch path
         False
     """
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+    if not inference_only(*tensors):
         return False
-    grad = torch.is_grad_enabled()
-    for t in tensors:
-        if t is None:
-            continue
-        if type(t) is not torch.Tensor and type(t) is not nn.Parameter:
-            return False
-        if t.device.type != "cuda" or t.dtype not in _FUSED_DTYPES:
-            return False
-        if grad and t.requires_grad:
-            return False
-    return True
+    return all(
+        t.device.type == "cuda" and t.dtype in _FUSED_DTYPES for t in tensors if t is not None
+    )
