@@ -2,11 +2,12 @@
 # One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
 # in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
 #
-#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | models | profile | all (default)
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | sweep | models | profile | all (default)
 #
 # Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
 # BENCH_ARGS (extra arguments for bench_gpu.py), MODELS (`models` and `profile`, e.g.
-# mamba2-130m,mamba1-130m), T_TESTS / T_BENCH / T_MODELS / T_PROFILE (timeouts, s).
+# mamba2-130m,mamba1-130m), SWEEP_PLANS / SWEEP_PLANS_FP32 (`sweep`: SSD plan variants, bench_gpu.py
+# --plans), T_TESTS / T_BENCH / T_SWEEP / T_MODELS / T_PROFILE (timeouts, s).
 # mamba-ssm side by side: put its sdist and shared/anchors/build_mamba_cuda.py under .whl/ (the
 # README's "GPU benchmarks" says how); without them the benchmark times ssmscan alone.
 set -u
@@ -82,6 +83,23 @@ if has ssd; then
     echo "ssd aoti build rc=$?"
     timeout 120 python3 benchmarks/ssd_scan/aoti_check.py load /tmp/aoti_ssd >> "$OUT/ssd_aoti.log" 2>&1
     echo "ssd aoti load rc=$?"; tail -4 "$OUT/ssd_aoti.log"
+fi
+if has sweep; then
+    # SSD plan variants beside the planned plan (no anchors), at mamba2-2.7b's and -130m's sizes
+    # in bf16 and at 2.7b's in float32; each variant checked against float64 first
+    stamp "SSD plan sweep"
+    # shellcheck disable=SC2086
+    timeout "${T_SWEEP:-300}" python3 benchmarks/ssd_scan/bench_gpu.py --parts scan --problems full \
+        --anchors --shapes 8,2048,80,64,1,128 16,2048,24,64,1,128 \
+        --plans ${SWEEP_PLANS:-dx16=block_p:16 dx16s1=block_p:16,stages:1} \
+        --out "$OUT/sweep_bf16.json" > "$OUT/sweep_bf16.log" 2>&1
+    echo "sweep bf16 rc=$?"; grep -v '^{' "$OUT/sweep_bf16.log" | tail -12
+    # shellcheck disable=SC2086
+    timeout "${T_SWEEP:-300}" python3 benchmarks/ssd_scan/bench_gpu.py --parts scan --problems full \
+        --anchors --dtype fp32 --shapes 8,2048,80,64,1,128 \
+        --plans ${SWEEP_PLANS_FP32:-split=split:true split-tf32=split:true} \
+        --out "$OUT/sweep_fp32.json" > "$OUT/sweep_fp32.log" 2>&1
+    echo "sweep fp32 rc=$?"; grep -v '^{' "$OUT/sweep_fp32.log" | tail -8
 fi
 if has models; then
     # ssmscan's Mamba-2 / Mamba LMs beside mamba-ssm's MambaLMHeadModel (same config and weights)

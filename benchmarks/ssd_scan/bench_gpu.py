@@ -11,7 +11,9 @@ Shapes are (batch, L, nheads, headdim, ngroups, dstate). Two problems:
 
 ``--plans NAME=field:value,...`` adds ours by the planner's plan changed so (``ssmscan[NAME]``,
 launched directly through its own autograd function; the plan fields are
-``ssmscan.ops.ssd_scan.plan.SSDPlan``'s): the way a planner decision is re-timed.
+``ssmscan.ops.ssd_scan.plan.SSDPlan``'s; a name ending in ``-tf32`` allows TF32 as
+``ssmscan-tf32`` does): the way a planner decision is re-timed. ``--anchors`` (none) leaves the
+other libraries out of such a sweep.
 
 float32 inputs: ours at PyTorch's default float32 matmul precision (3xTF32, the float32
 tolerance) and as ``ssmscan-tf32``, where the caller allows TF32 as mamba-ssm's kernels always use
@@ -108,13 +110,19 @@ def ours(kw, full):
                             kw.get("dt_bias"), full, None)  # fmt: skip
 
 
+def _tf32(name):
+    """Whether a variant of ours allows TF32: "ssmscan-tf32", and ``--plans`` names ending so
+    ("ssmscan[split-tf32]")."""
+    return name.startswith("ssmscan") and name.rstrip("]").endswith("-tf32")
+
+
 @contextlib.contextmanager
 def _matmul_precision(name):
-    """float32 matmul precision for a variant's check and timing: "ssmscan-tf32" is ours where
-    the caller allows TF32 (``torch.set_float32_matmul_precision("high")``), forward and
-    backward; every other variant runs at the process's setting ("highest")."""
+    """float32 matmul precision for a variant's check and timing: ours where the caller allows
+    TF32 (``_tf32``) runs under ``torch.set_float32_matmul_precision("high")``, forward and
+    backward; every other variant at the process's setting ("highest")."""
     before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if name.endswith("-tf32") else before)
+    torch.set_float32_matmul_precision("high" if _tf32(name) else before)
     try:
         yield
     finally:
@@ -448,6 +456,9 @@ def main():
     ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
+    ap.add_argument("--anchors", nargs="*", default=["mamba-ssm", "fla"],
+                    choices=["mamba-ssm", "fla"],
+                    help="the other libraries timed beside ours (none: ours and --plans only)")  # fmt: skip
     ap.add_argument("--plans", nargs="*", default=[], metavar="NAME=field:value[,...]",
                     help="also time ours by the planner's plan changed so (dataclasses.replace "
                     "of SSDPlan), each checked like the rest, e.g. dx16=block_p:16")  # fmt: skip
@@ -466,8 +477,10 @@ def main():
     if dtype == torch.float32:  # TF32 operands: float16's tolerance (a 10-bit mantissa)
         variants["ssmscan-tf32"] = (ours, None)
     if a.device == "cuda":
-        variants["mamba-ssm"] = mamba_fn(a.mamba_src)
-        variants["fla"] = fla_fn()
+        if "mamba-ssm" in a.anchors:
+            variants["mamba-ssm"] = mamba_fn(a.mamba_src)
+        if "fla" in a.anchors:
+            variants["fla"] = fla_fn()
     for name, (fn, why) in variants.items():
         if fn is None:
             print(f"{name}: not available ({why})")
@@ -486,7 +499,7 @@ def main():
             for name, (fn, _) in variants.items():
                 if fn is None or (name == "fla" and full):
                     continue
-                tol_dtype = torch.float16 if name.endswith("-tf32") else dtype
+                tol_dtype = torch.float16 if _tf32(name) else dtype
                 try:
                     with _matmul_precision(name):
                         err, worst, ok, bwd_error = gate(fn, gate_kw, full, tol_dtype,
@@ -516,7 +529,7 @@ def main():
                                                / row["fwdbwd_ms"])  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row))
-    print(f"\n{'shape':<28}{'problem':<8}{'variant':<18}{'check':<18}{'fwd ms':>9}{'floor':>7}"
+    print(f"\n{'shape':<28}{'problem':<8}{'variant':<22}{'check':<18}{'fwd ms':>9}{'floor':>7}"
           f"{'f+b ms':>9}{'floor':>7}   ours / this")  # fmt: skip
     mine = {(r["shape"], r["problem"]): r for r in rows if r["variant"] == "ssmscan"}
     for r in rows:
@@ -534,7 +547,7 @@ def main():
                 t += (f"{m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}" if "fwdbwd_ms" in r
                       else "- (its backward: " + r["bwd_error"][:60] + ")")  # fmt: skip
         check = r["check"] + ("" if r["ok"] else " !")  # ! beyond tolerance (an anchor, timed)
-        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<18}{check:<18}{t}")
+        print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<22}{check:<18}{t}")
     if "decode" in a.parts and a.device == "cuda" and not a.check_only:
         rows += bench_decode(dtype, a.mamba_src)
     if a.out:
