@@ -9,7 +9,10 @@ functional tensor of a trace is a subclass and does not count) in float16, bfloa
 no gradient needed (grad mode off, under ``torch.no_grad`` / ``torch.inference_mode``, or
 nothing requiring grad); not under ``torch.compile``, ``torch.export`` or ``torch.jit.trace``.
 Everywhere else (CPU, training, float64, traced programs) the PyTorch modules run unchanged, so
-exported and compiled programs hold the same aten graph as before.
+exported and compiled programs hold the same aten graph as before. ``inference_only`` is the same
+decision without the device and dtype conditions: Mamba-1's channel-major prefill (Note
+[channel-major prefill] in ``ssmscan.models.mamba``) takes it on every device, since it changes
+only the layouts of plain aten ops and of ``ssmscan::causal_conv1d``, never a traced graph.
 """
 
 from __future__ import annotations
