@@ -201,13 +201,14 @@ class MambaMixer(nn.Module):
             tensors; the inputs are not modified).
         """
         batch, length, _ = hidden_states.shape
-        decode = conv_state is not None and length == 1 and ssm_state is not None
+        decode = conv_state is not None and ssm_state is not None and length == 1
         params = (self.in_proj.weight, self.conv1d.weight, self.x_proj.weight, self.out_proj.weight)
         if not decode and inference_only(hidden_states, conv_state, ssm_state, *params):
             return self._prefill_channel_major(hidden_states, conv_state, ssm_state)
         xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 * d_inner, L)
         x, z = xz.chunk(2, dim=1)
-        if conv_state is not None and ssm_state is not None and decode:
+        if decode:
+            assert conv_state is not None and ssm_state is not None  # (decode says so)
             return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state)
         w, bias = self.conv1d.weight, self.conv1d.bias
         if conv_state is None:
