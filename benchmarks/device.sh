@@ -38,7 +38,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 if has tests; then
     stamp "GPU tests"
     # shellcheck disable=SC2086
-    timeout "${T_TESTS:-300}" python3 -m pytest -q -rfE -m gpu -n "${TEST_PROCS:-12}" \
+    timeout "${T_TESTS:-300}" python3 -m pytest -q -rfE -m gpu -n "${TEST_PROCS:-12}" --dist loadgroup \
         -p no:cacheprovider tests/ ${PYTEST_ARGS:-} > "$OUT/gpu_tests.log" 2>&1
     tail -15 "$OUT/gpu_tests.log"
 fi

@@ -5,7 +5,11 @@ it is set here, at collection, before the test modules import the kernel modules
 with CUDA the variable is left alone: the ``gpu`` tests need compiled kernels.
 
 Also the shim for Triton's interpreter under NumPy >= 2.4
-(``ssmscan.testing.triton_interpreter``), and the ``torch_tensorrt`` fixture of the TensorRT tests.
+(``ssmscan.testing.triton_interpreter``), the ``torch_tensorrt`` fixture of the TensorRT tests,
+and, on a GPU, the caching allocator's memory handed back after each ``gpu`` test: the GPU suite
+runs in a dozen worker processes on one device (``benchmarks/device.sh tests``), and a worker
+that kept the float64 reference's tens of GB reserved after its test made the next large test
+in another worker run out of memory.
 """
 
 import importlib.util
@@ -21,6 +25,14 @@ if not torch.cuda.is_available():
     from ssmscan.testing.triton_interpreter import patch_triton_interpreter_for_numpy2
 
     patch_triton_interpreter_for_numpy2()
+
+
+@pytest.fixture(autouse=True)
+def _release_gpu_memory(request):
+    """After a ``gpu`` test, its worker returns the memory its caching allocator holds."""
+    yield
+    if request.node.get_closest_marker("gpu") is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 SHIM = pathlib.Path(__file__).parents[1] / "tools" / "trt_shim.py"

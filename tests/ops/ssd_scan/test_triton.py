@@ -323,6 +323,9 @@ def test_gpu_op_float32_tf32(L, ssd_inputs):
 
 @pytest.mark.gpu
 @_CUDA
+# the float64 reference's autograd holds tens of GB at L 1000: one such case at a time
+# (``--dist loadgroup``, as ``benchmarks/device.sh tests`` runs the GPU suite)
+@pytest.mark.xdist_group("large-float64-reference")
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 @pytest.mark.parametrize("L", [63, 1000])
 def test_gpu_op_walking(L, dt, ssd_inputs):
