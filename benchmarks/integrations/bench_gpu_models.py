@@ -18,8 +18,9 @@ Correctness first. Before a model is timed, ssmscan's model in float32 holding t
 weights runs a ``--gate-len``-token prompt (batch 2) followed by ``--gate-steps`` fixed tokens.
 Every layer's mixer of each library, in ``--dtype``, then runs on the normed hidden states that
 layer saw there (rounded to ``--dtype``): without a cache, as a cached prefill, and one step at a
-time from that cache. Each output must be within ``ssmscan.testing.tolerance(dtype)`` of the
-float32 mixer on the same inputs, or the run stops (exit status 1) with nothing timed. The whole
+time from that cache (ssmscan's steps in place, as timed). Each output must be within
+``ssmscan.testing.tolerance(dtype)`` of the float32 mixer on the same inputs, or the run stops
+(exit status 1) with nothing timed. The whole
 model's logits against the float32 model's are reported beside, not gated: the op tolerance
 bounds one layer's roundings, not a deep model's (ssmscan's own bf16 Mamba-2 130m logits sit at
 2.0e-2 of float32 on CPU, layers at 7e-3, against 1.5e-2). That the two models are one model is
@@ -33,12 +34,12 @@ Rows, all under ``torch.inference_mode`` (as mamba-ssm's ``generate``):
   the prompt, which mamba-ssm's forward without a cache does not), tokens/s = batch * L / time,
   and the memory the forward allocates beyond the weights (``extra_mib``);
 * ``decode``: after a ``--prompt-len``-token prefill into each library's cache (not timed),
-  ``--decode-steps`` one-token steps, the greedy token fed back (ssmscan: ``model(ids, state)``;
-  mamba-ssm: ``InferenceParams``), at each ``--decode-batches`` size, tokens/s = batch * steps /
-  time;
+  ``--decode-steps`` one-token steps, the greedy token fed back, each library's cache updated in
+  place (ssmscan: ``model(ids, state, inplace=True)``; mamba-ssm: ``InferenceParams``), at each
+  ``--decode-batches`` size, tokens/s = batch * steps / time;
 * ``decode-graph`` (CUDA, unless ``--no-graph``): the same steps replayed from CUDA graphs
-  (mamba-ssm: its ``update_graph_cache``, what ``generate(cg=True)`` uses; ssmscan: one step
-  captured with its state in static buffers).
+  (mamba-ssm: its ``update_graph_cache``, what ``generate(cg=True)`` uses; ssmscan: one in-place
+  step captured with its state in static buffers).
 
 Times: ``torch.cuda.synchronize`` around each timed region, median of ``--reps`` after one
 warm-up. mamba-ssm comes from its unpacked sdist (``--mamba-src``) and its ``selective_scan_cuda``
@@ -338,7 +339,7 @@ class Runner:
             cached, conv, ssm = mixer(x[:, :length])
             steps = []
             for t in range(length, x.shape[1]):
-                out, conv, ssm = mixer(x[:, t : t + 1], conv, ssm)
+                out, conv, ssm = mixer(x[:, t : t + 1], conv, ssm, inplace=True)
                 steps.append(out)
         else:
             params = self.mamba.InferenceParams(max_seqlen=x.shape[1], max_batch_size=x.shape[0])
@@ -353,7 +354,7 @@ class Runner:
     def step(self, token: torch.Tensor, cache):
         """(logits (batch, vocab), cache) of one decode step of ``token`` (batch, 1)."""
         if self.mamba is None:
-            logits, cache = self.model(token, cache)
+            logits, cache = self.model(token, cache, inplace=True)
             return logits[:, -1], cache
         logits = self.model(token, inference_params=cache, num_last_tokens=1).logits
         cache.seqlen_offset += 1
@@ -481,9 +482,9 @@ def _copy_state(dst: MambaState, src: MambaState) -> None:
 
 
 def _ours_graph_step(r: Runner, state: MambaState):
-    """A CUDA graph of one ssmscan decode step whose state lives in static buffers (the step's
-    new state is copied back into them inside the graph). Returns (step(token) -> logits
-    (batch, vocab), the static state)."""
+    """A CUDA graph of one ssmscan decode step whose state lives in static buffers, which the
+    step's kernels update in place (``inplace=True``, Note [in-place decode]). Returns
+    (step(token) -> logits (batch, vocab), the static state)."""
     static = MambaState(tuple(t.clone() for t in state.conv_states),
                         tuple(t.clone() for t in state.ssm_states))  # fmt: skip
     ids = torch.zeros(state.batch_size, 1, dtype=torch.long, device=static.ssm_states[0].device)
@@ -491,12 +492,11 @@ def _ours_graph_step(r: Runner, state: MambaState):
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            r.model(ids, static)
+            r.model(ids, static, inplace=True)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        logits, new = r.model(ids, static)
-        _copy_state(static, new)
+        logits, _ = r.model(ids, static, inplace=True)
         logits = logits[:, -1]
 
     def step(token: torch.Tensor) -> torch.Tensor:

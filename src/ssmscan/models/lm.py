@@ -60,7 +60,7 @@ class MambaLM(LMBase):
         return cls(config, impl=impl)
 
     def forward(
-        self, input_ids: torch.Tensor, state: MambaState | None = None
+        self, input_ids: torch.Tensor, state: MambaState | None = None, *, inplace: bool = False
     ) -> tuple[torch.Tensor, MambaState]:
         """Logits for ``input_ids`` continuing from ``state``, and the state after them.
 
@@ -68,12 +68,15 @@ class MambaLM(LMBase):
             input_ids: (batch, L) int64 token ids, L >= 1.
             state: the ``MambaState`` returned by the previous call for the same sequences, or None
                 to start fresh.
+            inplace: write the new state into ``state`` (required) and return it: the decode
+                step for CUDA graphs, whose buffers are static (Note [in-place decode] in
+                ``ssmscan.models.mamba``).
 
         Returns:
             ``(logits, state)``: logits (batch, L, vocab_size) in the model's dtype and the new
-            ``MambaState`` (fresh tensors; the given state is not modified).
+            ``MambaState`` (fresh tensors; the given state is not modified, unless ``inplace``).
         """
-        return self._forward(input_ids, state)
+        return self._forward(input_ids, state, inplace=inplace)
 
 
 def build_model(name_or_config: str | MambaConfig, impl: Impl = "auto") -> MambaLM:

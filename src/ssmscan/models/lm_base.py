@@ -93,14 +93,23 @@ class LMBase(nn.Module):
             mixer.impl = value
 
     def _forward(
-        self, input_ids: torch.Tensor, state: MambaState | None, *block_args: Any
+        self,
+        input_ids: torch.Tensor,
+        state: MambaState | None,
+        *block_args: Any,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, MambaState]:
         """The subclass's ``forward``: embed, run every block from its layer of ``state`` (with
-        ``block_args`` after the states), norm, head; logits cut to ``vocab_size``."""
+        ``block_args`` after the states), norm, head; logits cut to ``vocab_size``. With
+        ``inplace`` each layer writes its new states into ``state``'s (Note [in-place decode] in
+        ``ssmscan.models.mamba``) and ``state`` itself is returned."""
         if state is not None and state.n_layer != len(self.layers):
             raise ValueError(
                 f"state covers {state.n_layer} layers; the model has {len(self.layers)}"
             )
+        if inplace and state is None:
+            raise ValueError("inplace=True writes the new state into the given one: pass state")
+        block_args = (*block_args, inplace)
         hidden = self.embedding(input_ids)
         conv_states: list[torch.Tensor] = []
         ssm_states: list[torch.Tensor] = []
@@ -117,6 +126,9 @@ class LMBase(nn.Module):
         logits = self.lm_head(hidden)
         if self.config.padded_vocab_size != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]
+        if inplace:
+            assert state is not None
+            return logits, state
         return logits, MambaState(tuple(conv_states), tuple(ssm_states))
 
     def _fused_layers(

@@ -32,11 +32,12 @@ from torch import nn
 
 from ssmscan.models.config import MambaConfig
 from ssmscan.models.inference import fused_inference, inference_only
+from ssmscan.models.state import check_inplace_states, write_states
 from ssmscan.ops.causal_conv1d import op as _causal_conv1d_op  # noqa: F401  (registers the op)
-from ssmscan.ops.conv1d_step import op as _conv1d_step_op  # noqa: F401  (registers the op)
+from ssmscan.ops.conv1d_step.api import conv1d_step_
 from ssmscan.ops.rms_norm import op as _rms_norm_op  # noqa: F401  (registers the ops)
 from ssmscan.ops.selective_scan.api import Impl, selective_scan
-from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
+from ssmscan.ops.selective_state_update.api import selective_state_update
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
 
 _IMPLS: tuple[str, ...] = get_args(Impl)
@@ -97,6 +98,17 @@ class RMSNorm(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
+
+# Note [in-place decode]: by default a call returns fresh states and mutates nothing, so exported
+# and compiled programs have no input/output aliasing (``ssmscan.models.state``). A decode loop
+# replayed from a CUDA graph needs the opposite: the state lives in static buffers that every
+# replay reads and writes. ``inplace=True`` (LM, block and mixer forwards) writes the new states
+# into the given ones: a decode step's conv step and state update run their kernels in place
+# (``conv1d_step_``, ``ssmscan.selective_state_update``, as mamba-ssm's decode does), so a
+# captured step holds no state copies; other chunks (and the paths without those kernels) copy
+# their new states in. The values are those of the functional call. Measured before it (H100,
+# bf16, 130m, decode from a CUDA graph that copied the returned states back, two copies a
+# layer): 0.66-0.86x mamba-ssm's tokens/s.
 
 # Note [channel-major prefill]: the selective scan reads x, dt and z channel-major (batch, d_inner,
 # L) with unit time stride, while ``nn.Linear`` writes token-major (batch, L, d_inner). Feeding the
@@ -188,6 +200,7 @@ class MambaMixer(nn.Module):
         hidden_states: torch.Tensor,
         conv_state: torch.Tensor | None = None,
         ssm_state: torch.Tensor | None = None,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mix a chunk of L tokens, continuing from the given states (zero when None).
 
@@ -195,22 +208,27 @@ class MambaMixer(nn.Module):
             hidden_states: (batch, L, d_model).
             conv_state: (batch, d_inner, d_conv) in the input dtype, or None.
             ssm_state: (batch, d_inner, d_state) float32 (float64 for float64 inputs), or None.
+            inplace: write the states after the chunk into ``conv_state`` and ``ssm_state``
+                (both required) and return those tensors (Note [in-place decode]).
 
         Returns:
             ``(out (batch, L, d_model), conv_state, ssm_state)``, the states after the chunk (fresh
-            tensors; the inputs are not modified).
+            tensors; the inputs are not modified, unless ``inplace``).
         """
+        check_inplace_states(inplace, conv_state, ssm_state)
         batch, length, _ = hidden_states.shape
         decode = conv_state is not None and ssm_state is not None and length == 1
         params = (self.in_proj.weight, self.conv1d.weight, self.x_proj.weight, self.out_proj.weight)
         if not decode and inference_only(hidden_states, conv_state, ssm_state, *params):
-            return self._prefill_channel_major(hidden_states, conv_state, ssm_state)
+            result = self._prefill_channel_major(hidden_states, conv_state, ssm_state)
+            return write_states(inplace, result, conv_state, ssm_state)
         xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 * d_inner, L)
         x, z = xz.chunk(2, dim=1)
         if decode:
             assert conv_state is not None and ssm_state is not None  # (decode says so)
-            return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state)
+            return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state, inplace)
         w, bias = self.conv1d.weight, self.conv1d.bias
+        given_conv_state = conv_state
         if conv_state is None:
             conv_state = x.new_zeros(batch, self.d_inner, self.d_conv)
         # Note [conv state]
@@ -221,7 +239,8 @@ class MambaMixer(nn.Module):
         out, new_ssm_state = self._scan(
             x, dt.transpose(1, 2), B.transpose(1, 2), C.transpose(1, 2), z, ssm_state
         )
-        return self.out_proj(out.transpose(1, 2)), new_conv_state, new_ssm_state
+        result = (self.out_proj(out.transpose(1, 2)), new_conv_state, new_ssm_state)
+        return write_states(inplace, result, given_conv_state, ssm_state)
 
     def _scan(
         self,
@@ -284,11 +303,20 @@ class MambaMixer(nn.Module):
         return F.linear(dt, self.dt_proj.weight), B, C
 
     def _step(
-        self, x: torch.Tensor, z: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
+        self,
+        x: torch.Tensor,
+        z: torch.Tensor,
+        conv_state: torch.Tensor,
+        ssm_state: torch.Tensor,
+        inplace: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One decode step; x, z (batch, d_inner). Note [conv state] with L = 1."""
+        """One decode step; x, z (batch, d_inner). Note [conv state] with L = 1; the states
+        updated where they are with ``inplace`` (Note [in-place decode])."""
         w, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
-        if fused_inference(x, conv_state, w, bias):  # Note [fused inference]
+        fused = fused_inference(x, conv_state, w, bias)  # Note [fused inference]
+        if fused and inplace:
+            x, new_conv_state = conv1d_step_(x, conv_state, w, bias, True), conv_state
+        elif fused:
             x, new_conv_state = torch.ops.ssmscan.conv1d_step(x, conv_state, w, bias, True)
         else:
             new_conv_state = torch.cat(
@@ -298,16 +326,19 @@ class MambaMixer(nn.Module):
             if bias is not None:
                 x = x + bias
             x = F.silu(x)
+            if inplace:
+                new_conv_state = conv_state.copy_(new_conv_state)
         dt, B, C = self._project(x)
-        args = (ssm_state, x, dt, -torch.exp(self.A_log.float()), B, C, self.D.float(), z)
+        args = (ssm_state, x, dt, -torch.exp(self.A_log.float()), B, C, self.D.float(), z,
+                self.dt_proj.bias.float(), True)  # fmt: skip
         if self.impl == "reference":
-            y, new_ssm_state = selective_state_update_reference(
-                *args, self.dt_proj.bias.float(), True
-            )
+            y, new_ssm_state = selective_state_update_reference(*args)
+            if inplace:
+                new_ssm_state = ssm_state.copy_(new_ssm_state)
+        elif inplace:
+            y, new_ssm_state = selective_state_update(*args), ssm_state
         else:
-            y, new_ssm_state = torch.ops.ssmscan.selective_state_update(
-                *args, self.dt_proj.bias.float(), True
-            )
+            y, new_ssm_state = torch.ops.ssmscan.selective_state_update(*args)
         return self.out_proj(y)[:, None, :], new_conv_state, new_ssm_state
 
 
@@ -338,6 +369,7 @@ class MambaBlock(nn.Module):
         hidden_states: torch.Tensor,
         conv_state: torch.Tensor | None = None,
         ssm_state: torch.Tensor | None = None,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Args and Returns as ``MambaMixer.forward``; the output is the updated residual stream
         (float32 with ``residual_in_fp32``)."""
@@ -345,6 +377,6 @@ class MambaBlock(nn.Module):
         if self.residual_in_fp32 and hidden_states.dtype in (torch.float16, torch.bfloat16):
             residual = hidden_states.float()
         mixed, conv_state, ssm_state = self.mixer(
-            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state
+            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state, inplace
         )
         return residual + mixed, conv_state, ssm_state

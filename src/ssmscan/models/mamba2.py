@@ -41,10 +41,11 @@ from torch import nn
 from ssmscan.models.config import Mamba2Config
 from ssmscan.models.inference import fused_inference
 from ssmscan.models.mamba import RMSNorm
+from ssmscan.models.state import check_inplace_states, write_states
 from ssmscan.ops.causal_conv1d import op as _causal_conv1d_op  # noqa: F401  (registers the op)
-from ssmscan.ops.conv1d_step import op as _conv1d_step_op  # noqa: F401  (registers the op)
+from ssmscan.ops.conv1d_step.api import conv1d_step_
 from ssmscan.ops.rms_norm import op as _rms_norm_op  # noqa: F401  (registers the ops)
-from ssmscan.ops.selective_state_update import op as _ssu_op  # noqa: F401  (registers the op)
+from ssmscan.ops.selective_state_update.api import selective_state_update
 from ssmscan.ops.selective_state_update.reference import selective_state_update_reference
 from ssmscan.ops.ssd_scan.api import Impl, ssd_scan
 from ssmscan.ops.ssd_scan.common import process_dt, segment_ids
@@ -208,6 +209,7 @@ class Mamba2Mixer(nn.Module):
         conv_state: torch.Tensor | None = None,
         ssm_state: torch.Tensor | None = None,
         seq_idx: torch.Tensor | None = None,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mix a chunk of L tokens, continuing from the given states (zero when None).
 
@@ -218,20 +220,24 @@ class Mamba2Mixer(nn.Module):
                 None.
             seq_idx: optional (batch, L) int32/int64 sequence index of each token (packed
                 sequences, Note [packed conv]); nondecreasing along L, as ``ssd_scan`` expects.
+            inplace: write the states after the chunk into ``conv_state`` and ``ssm_state``
+                (both required) and return those tensors (Note [in-place decode] in
+                ``ssmscan.models.mamba``).
 
         Returns:
             ``(out (batch, L, d_model), conv_state, ssm_state)``, the states after the chunk (of
             the last sequence of each row with ``seq_idx``); fresh tensors, the inputs are not
-            modified.
+            modified, unless ``inplace``.
         """
         batch, length, _ = hidden_states.shape
         if seq_idx is not None:
             _check_seq_idx(seq_idx, batch, length)
+        check_inplace_states(inplace, conv_state, ssm_state)
         z, xBC, dt = torch.split(
             self.in_proj(hidden_states), [self.d_inner, self.conv_dim, self.nheads], dim=-1
         )
         if conv_state is not None and length == 1 and ssm_state is not None and seq_idx is None:
-            return self._step(z[:, 0], xBC[:, 0], dt[:, 0], conv_state, ssm_state)
+            return self._step(z[:, 0], xBC[:, 0], dt[:, 0], conv_state, ssm_state, inplace)
         w, b = self.conv1d.weight, self.conv1d.bias
         if seq_idx is None and fused_inference(xBC, conv_state, w, b):
             # Note [fused inference]: one kernel reads xBC in place, the state as its padding
@@ -273,7 +279,9 @@ class Mamba2Mixer(nn.Module):
         y = y.reshape(batch, length, self.d_inner)
         if self.norm is not None:
             y = self.norm(y, z)
-        return self.out_proj(y), new_conv_state, new_ssm_state
+        return write_states(
+            inplace, (self.out_proj(y), new_conv_state, new_ssm_state), conv_state, ssm_state
+        )
 
     def _packed_conv(
         self, xpad: torch.Tensor, seq_idx: torch.Tensor
@@ -300,13 +308,17 @@ class Mamba2Mixer(nn.Module):
         dt: torch.Tensor,
         conv_state: torch.Tensor,
         ssm_state: torch.Tensor,
+        inplace: bool,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One decode step; z (batch, d_inner), xBC (batch, conv_dim), dt (batch, nheads)."""
+        """One decode step; z (batch, d_inner), xBC (batch, conv_dim), dt (batch, nheads); the
+        states updated where they are with ``inplace`` (Note [in-place decode])."""
         batch = xBC.shape[0]
         H, P, N, G = self.nheads, self.headdim, self.d_state, self.ngroups
         w, bias = self.conv1d.weight[:, 0, :], self.conv1d.bias
         fused = fused_inference(xBC, conv_state, w, bias)  # Note [fused inference]
-        if fused:
+        if fused and inplace:
+            xBC, new_conv_state = conv1d_step_(xBC, conv_state, w, bias, True), conv_state
+        elif fused:
             xBC, new_conv_state = torch.ops.ssmscan.conv1d_step(xBC, conv_state, w, bias, True)
         else:
             new_conv_state = torch.cat(
@@ -316,6 +328,8 @@ class Mamba2Mixer(nn.Module):
             if bias is not None:
                 xBC = xBC + bias
             xBC = F.silu(xBC)
+            if inplace:
+                new_conv_state = conv_state.copy_(new_conv_state)
         x, B, C = torch.split(xBC, [self.d_inner, G * N, G * N], dim=-1)
         # the fused path hands the step kernel D and dt_bias in x's dtype: it upcasts what it
         # loads, so the results are the same without two cast kernels per step
@@ -345,6 +359,10 @@ class Mamba2Mixer(nn.Module):
         )
         if self.impl == "reference":
             y, new_ssm_state = selective_state_update_reference(*args)
+            if inplace:
+                new_ssm_state = ssm_state.copy_(new_ssm_state)
+        elif inplace:
+            y, new_ssm_state = selective_state_update(*args), ssm_state
         else:
             y, new_ssm_state = torch.ops.ssmscan.selective_state_update(*args)
         y = y.reshape(batch, self.d_inner)
@@ -382,6 +400,7 @@ class Mamba2Block(nn.Module):
         conv_state: torch.Tensor | None = None,
         ssm_state: torch.Tensor | None = None,
         seq_idx: torch.Tensor | None = None,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Args and Returns as ``Mamba2Mixer.forward``; the output is the updated residual stream
         (float32 with ``residual_in_fp32``)."""
@@ -389,6 +408,6 @@ class Mamba2Block(nn.Module):
         if self.residual_in_fp32 and hidden_states.dtype in (torch.float16, torch.bfloat16):
             residual = hidden_states.float()
         mixed, conv_state, ssm_state = self.mixer(
-            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state, seq_idx
+            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state, seq_idx, inplace
         )
         return residual + mixed, conv_state, ssm_state

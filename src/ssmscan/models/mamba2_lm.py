@@ -75,6 +75,8 @@ class Mamba2LM(LMBase):
         input_ids: torch.Tensor,
         state: MambaState | None = None,
         seq_idx: torch.Tensor | None = None,
+        *,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, MambaState]:
         """Logits for ``input_ids`` continuing from ``state``, and the state after them.
 
@@ -85,10 +87,13 @@ class Mamba2LM(LMBase):
             seq_idx: optional (batch, L) int32/int64 nondecreasing sequence index of each token,
                 for packed sequences; tokens whose index differs never mix. Tokens continue
                 ``state`` only while their index is 0 from the row's start.
+            inplace: write the new state into ``state`` (required) and return it: the decode
+                step for CUDA graphs, whose buffers are static (Note [in-place decode] in
+                ``ssmscan.models.mamba``).
 
         Returns:
             ``(logits, state)``: logits (batch, L, vocab_size) in the model's dtype and the new
-            ``MambaState`` (fresh tensors; the given state is not modified), with ``seq_idx`` the
-            state of each row's last sequence.
+            ``MambaState`` (fresh tensors; the given state is not modified, unless ``inplace``),
+            with ``seq_idx`` the state of each row's last sequence.
         """
-        return self._forward(input_ids, state, seq_idx)
+        return self._forward(input_ids, state, seq_idx, inplace=inplace)

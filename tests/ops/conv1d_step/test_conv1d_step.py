@@ -115,3 +115,60 @@ def test_gpu(batch, dim, K, dtype):
     out, new_state = torch.ops.ssmscan.conv1d_step(x, state, weight, bias, True)
     _check(out, new_state, x, state, weight, bias, True, dtype)
     torch.testing.assert_close(state, before, rtol=0, atol=0)
+
+
+def _check_in_place(x, state, weight, bias, silu, dtype):
+    """conv1d_step_ against the reference: the returned output, the state overwritten."""
+    from ssmscan.ops.conv1d_step.api import conv1d_step_
+
+    before, ptr = state.clone(), state.data_ptr()
+    r_out, r_state = conv1d_step_reference(x, before, weight, bias, silu)
+    out = conv1d_step_(x, state, weight, bias, silu)
+    assert state.data_ptr() == ptr and out.dtype == x.dtype
+    assert_close_to_reference("out", out, r_out, dtype)
+    torch.testing.assert_close(state, r_state, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_in_place_cpu(dtype, strided):
+    """Off CUDA (and for a strided state) the functional op runs and its state is copied back."""
+    x, state, weight, bias = _inputs(3, 11, 4, dtype)
+    if strided:
+        state = state.transpose(1, 2).contiguous().transpose(1, 2)
+    _check_in_place(x, state, weight, bias, True, dtype)
+
+
+def test_in_place_refuses_a_strided_state_in_the_kernel_launch():
+    from ssmscan.ops.conv1d_step import triton_fwd
+
+    x, state, weight, bias = _inputs(2, 6, 4, torch.float32)
+    state = state.transpose(1, 2).contiguous().transpose(1, 2)
+    with pytest.raises(ValueError, match="contiguous conv_state"):
+        triton_fwd.launch(x, state, weight, bias, True, torch.empty_like(x), state)
+
+
+@pytest.mark.triton
+@INTERPRET
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("batch,dim,K", SHAPES, ids=SHAPE_IDS)
+def test_triton_interpreter_in_place(batch, dim, K, dtype):
+    """The kernel writing the next state over the one it reads (IN_PLACE)."""
+    from ssmscan.ops.conv1d_step import triton_fwd
+
+    x, state, weight, bias = _inputs(batch, dim, K, dtype)
+    before = state.clone()
+    out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
+    triton_fwd.launch(x, state, weight, bias, True, out, state)
+    _check(out, state, x, before, weight, bias, True, dtype)
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    "batch,dim,K", [(1, 1792, 4), (64, 5376, 4), (3, 1001, 3)], ids=["130m", "2.7b-b64", "odd"]
+)
+def test_gpu_in_place(batch, dim, K, dtype):
+    x, state, weight, bias = _inputs(batch, dim, K, dtype, "cuda")
+    _check_in_place(x, state, weight, bias, True, dtype)

@@ -39,6 +39,7 @@ def _conv1d_step_fwd_kernel(
     KP: tl.constexpr,  # K rounded up to a power of two
     HAS_BIAS: tl.constexpr,
     SILU: tl.constexpr,
+    IN_PLACE: tl.constexpr,  # new_state is state: every thread's loads land before any store
 ):
     i_b = tl.program_id(0).to(tl.int64)
     i_d = tl.program_id(1).to(tl.int64)
@@ -53,6 +54,10 @@ def _conv1d_step_fwd_kernel(
     b_x = b_x.to(new_state.dtype.element_ty)
     b_s = tl.where((o_k == K - 1)[None, :], b_x[:, None], b_s.to(new_state.dtype.element_ty))
     p_ns = new_state + i_b * dim * K + o_d[:, None] * K + o_k[None, :]
+    if IN_PLACE:
+        # tap k is read by the thread that writes tap k - 1; the barrier orders every read of
+        # this program's taps before any write (no other program touches its channels)
+        tl.debug_barrier()
     tl.store(p_ns, b_s, mask=m_dk)
     b_w = tl.load(w + o_d[:, None] * s_w_d + o_k[None, :] * s_w_k, mask=m_dk, other=0.0)
     b_y = tl.sum(b_s.to(tl.float32) * b_w.to(tl.float32), axis=1)
@@ -73,10 +78,19 @@ def launch(
     new_state: torch.Tensor,
 ) -> None:
     """One step into the preallocated contiguous ``out`` (batch, dim) and ``new_state`` (batch,
-    dim, K); args as ``ssmscan::conv1d_step``. ``new_state`` must not overlap ``conv_state``."""
+    dim, K); args as ``ssmscan::conv1d_step``. ``new_state`` is either disjoint from
+    ``conv_state`` or, for a contiguous ``conv_state``, that tensor itself (the step in place: a
+    program loads all taps of its channels before it stores them; programs share no channel).
+    Partly overlapping buffers are not supported."""
     batch, dim, K = (int(s) for s in conv_state.shape)
     if batch == 0 or dim == 0 or K == 0:
         return
+    in_place = new_state.data_ptr() == conv_state.data_ptr()
+    if in_place and not conv_state.is_contiguous():
+        raise ValueError(
+            f"conv1d_step in place needs a contiguous conv_state; got strides "
+            f"{tuple(conv_state.stride())} for shape {tuple(conv_state.shape)}"
+        )
     block_d = min(128, next_pow2(dim))
     launcher(_conv1d_step_fwd_kernel)[(batch, cdiv(dim, block_d))](
         x,
@@ -95,5 +109,6 @@ def launch(
         KP=next_pow2(K),
         HAS_BIAS=bias is not None,
         SILU=silu,
+        IN_PLACE=in_place,
         num_warps=4 if block_d >= 128 else 1,
     )
