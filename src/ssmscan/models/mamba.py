@@ -329,8 +329,15 @@ class MambaMixer(nn.Module):
             if inplace:
                 new_conv_state = conv_state.copy_(new_conv_state)
         dt, B, C = self._project(x)
-        args = (ssm_state, x, dt, -torch.exp(self.A_log.float()), B, C, self.D.float(), z,
-                self.dt_proj.bias.float(), True)  # fmt: skip
+        # the fused path hands the step kernel D and dt_bias in x's dtype (it upcasts what it
+        # loads, as for Mamba-2): the same results without two cast kernels a layer and step
+        raw = fused and self.impl != "reference"
+
+        def param(p: torch.Tensor) -> torch.Tensor:
+            return p if raw and p.dtype == x.dtype else p.float()
+
+        args = (ssm_state, x, dt, -torch.exp(self.A_log.float()), B, C, param(self.D), z,
+                param(self.dt_proj.bias), True)  # fmt: skip
         if self.impl == "reference":
             y, new_ssm_state = selective_state_update_reference(*args)
             if inplace:
