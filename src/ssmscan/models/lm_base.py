@@ -109,17 +109,23 @@ class LMBase(nn.Module):
             )
         if inplace and state is None:
             raise ValueError("inplace=True writes the new state into the given one: pass state")
-        block_args = (*block_args, inplace)
+        # passed only when set, so a block or mixer whose forward was replaced with the
+        # pre-``inplace`` signature keeps working in every other call
+        block_kwargs = {"inplace": True} if inplace else {}
         hidden = self.embedding(input_ids)
         conv_states: list[torch.Tensor] = []
         ssm_states: list[torch.Tensor] = []
         if fused_inference(hidden, self.norm_f.weight):  # Note [fused inference]
-            hidden = self._fused_layers(hidden, state, block_args, conv_states, ssm_states)
+            hidden = self._fused_layers(
+                hidden, state, block_args, block_kwargs, conv_states, ssm_states
+            )
         else:
             for i, block in enumerate(self.layers):
                 conv_state = state.conv_states[i] if state is not None else None
                 ssm_state = state.ssm_states[i] if state is not None else None
-                hidden, conv_state, ssm_state = block(hidden, conv_state, ssm_state, *block_args)
+                hidden, conv_state, ssm_state = block(
+                    hidden, conv_state, ssm_state, *block_args, **block_kwargs
+                )
                 conv_states.append(conv_state)
                 ssm_states.append(ssm_state)
             hidden = self.norm_f.in_weight_dtype(hidden)
@@ -136,6 +142,7 @@ class LMBase(nn.Module):
         hidden: torch.Tensor,
         state: MambaState | None,
         block_args: tuple[Any, ...],
+        block_kwargs: dict[str, Any],
         conv_states: list[torch.Tensor],
         ssm_states: list[torch.Tensor],
     ) -> torch.Tensor:
@@ -156,7 +163,9 @@ class LMBase(nn.Module):
                 residual = residual.float()
             conv_state = state.conv_states[i] if state is not None else None
             ssm_state = state.ssm_states[i] if state is not None else None
-            mixed, conv_state, ssm_state = block.mixer(normed, conv_state, ssm_state, *block_args)
+            mixed, conv_state, ssm_state = block.mixer(
+                normed, conv_state, ssm_state, *block_args, **block_kwargs
+            )
             conv_states.append(conv_state)
             ssm_states.append(ssm_state)
         if mixed is None:

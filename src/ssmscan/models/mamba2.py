@@ -408,6 +408,10 @@ class Mamba2Block(nn.Module):
         if self.residual_in_fp32 and hidden_states.dtype in (torch.float16, torch.bfloat16):
             residual = hidden_states.float()
         mixed, conv_state, ssm_state = self.mixer(
-            self.norm.in_weight_dtype(hidden_states), conv_state, ssm_state, seq_idx, inplace
+            self.norm.in_weight_dtype(hidden_states),
+            conv_state,
+            ssm_state,
+            seq_idx,
+            **({"inplace": True} if inplace else {}),  # only when set, as ``LMBase._forward`` does
         )
         return residual + mixed, conv_state, ssm_state
