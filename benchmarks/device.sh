@@ -2,12 +2,12 @@
 # One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
 # in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
 #
-#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | sweep | models | profile | all (default)
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | sweep | models | profile | report | all (default)
 #
 # Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
 # BENCH_ARGS (extra arguments for bench_gpu.py), MODELS (`models` and `profile`, e.g.
 # mamba2-130m,mamba1-130m), SWEEP_PLANS / SWEEP_PLANS_FP32 (`sweep`: SSD plan variants, bench_gpu.py
-# --plans), T_TESTS / T_BENCH / T_SWEEP / T_MODELS / T_PROFILE (timeouts, s).
+# --plans), T_TESTS / T_BENCH / T_SWEEP / T_MODELS / T_PROFILE / T_REPORT (timeouts, s).
 # mamba-ssm side by side: put its sdist and shared/anchors/build_mamba_cuda.py under .whl/ (the
 # README's "GPU benchmarks" says how); without them the benchmark times ssmscan alone.
 set -u
@@ -122,5 +122,16 @@ if has profile; then
     timeout "${T_PROFILE:-240}" python3 tools/profile_models.py ${MODELS:+--models "$MODELS"} \
         --batches 1,8 --decode > "$OUT/profile.log" 2>&1
     echo "profile rc=$?"; grep -E "wall|^  " "$OUT/profile.log" | head -60
+fi
+if has report; then
+    # `ssmscan report --device cuda` on the built-in Mamba and Mamba-2 LMs: eager, compile,
+    # export and AOTInductor (loaded in a fresh process) on the GPU, each against eager
+    stamp "ssmscan report on CUDA"
+    for model in tiny tiny-mamba2; do
+        CXX=${CXX:-/usr/bin/g++} timeout "${T_REPORT:-240}" python3 -m ssmscan report --device cuda \
+            --model "$model" --targets eager,compile,export,aoti --json "$OUT/report_$model.json" \
+            > "$OUT/report_$model.log" 2>&1
+        echo "report $model rc=$?"; tail -12 "$OUT/report_$model.log"
+    done
 fi
 stamp done

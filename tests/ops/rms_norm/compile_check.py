@@ -40,14 +40,21 @@ def main() -> None:
             f"norm x={xt[1:]} w={wt[1:]} block={block} z={has_z} nbg={nbg} round={rnd} "
             f"residual={res} ok"
         )
-    for (xt, st), has_bias, silu in itertools.product(
-        (("*bf16", "*bf16"), ("*fp32", "*fp32"), ("*fp16", "*fp32")), (True, False), (True, False)
+    for (xt, st), has_bias, silu, in_place in itertools.product(
+        (("*bf16", "*bf16"), ("*fp32", "*fp32"), ("*fp16", "*fp32")),
+        (True, False),
+        (True, False),
+        (False, True),
     ):
         vals = dict(x=xt, state=st, w=xt, bias=xt, out=xt, new_state=st, dim=1792, K=4,
                     s_x_b=3352, s_x_d=1, s_s_b=7168, s_s_d=4, s_s_k=1, s_w_d=4, s_w_k=1,
-                    s_bias_d=1, BLOCK_D=128, KP=4, HAS_BIAS=has_bias, SILU=silu)  # fmt: skip
+                    s_bias_d=1, BLOCK_D=128, KP=4, HAS_BIAS=has_bias, SILU=silu,
+                    IN_PLACE=in_place)  # fmt: skip
         compile_sm90(conv_fwd._conv1d_step_fwd_kernel, vals, 4)
-        print(f"conv1d_step x={xt[1:]} state={st[1:]} bias={has_bias} silu={silu} ok")
+        print(
+            f"conv1d_step x={xt[1:]} state={st[1:]} bias={has_bias} silu={silu} "
+            f"in_place={in_place} ok"
+        )
 
     # x and out token-major (Mamba-2's xBC slice) or channel-major (Mamba-1's prefill)
     layouts = {
