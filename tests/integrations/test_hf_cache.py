@@ -104,3 +104,43 @@ def test_symbolic_length_exports_without_guards():
     for n in (1, 3, 4, 5, 40):
         x = torch.randn(2, n, DIM, generator=g)
         assert_close_to_reference(f"L{n}", ep.module()(x), _exact(mixer, x), F32)
+
+
+@pytest.mark.parametrize("act", ["nn.SiLU", "transformers-silu", "gelu"])
+@pytest.mark.parametrize("token_major", [True, False], ids=["tokens", "channels"])
+def test_fused_decode_step_equals_float64(monkeypatch, act, token_major):
+    """With the fused decision on (CPU stands in for CUDA: the op's CPU path for its kernel), a
+    decode step under a SiLU runs ``conv1d_step_`` (one op, the window written in place); other
+    activations keep the aten step. Both against float64, window and token count kept."""
+    from transformers.activations import ACT2FN
+
+    import ssmscan.integrations._hf_cache as hf_cache
+
+    mixer, cache = _mixer_and_cache()
+    mixer.act = {"nn.SiLU": torch.nn.SiLU(), "transformers-silu": ACT2FN["silu"]}.get(
+        act, ACT2FN["gelu"]
+    )
+    monkeypatch.setattr(hf_cache, "fused_inference", lambda *ts: not torch.is_grad_enabled())
+    calls = []
+    real_step = hf_cache.conv1d_step_
+    monkeypatch.setattr(hf_cache, "conv1d_step_", lambda *a: calls.append(1) or real_step(*a))
+    g = torch.Generator().manual_seed(3)
+    full = torch.randn(2, 8, DIM, generator=g)
+    conv = causal_conv_tokens if token_major else causal_conv
+
+    def run(x):
+        if token_major:
+            return conv(mixer, x, cache, F32)
+        return conv(mixer, x.transpose(1, 2), cache, F32).transpose(1, 2)
+
+    with torch.no_grad():
+        got = torch.cat([run(full[:, :6]), run(full[:, 6:7]), run(full[:, 7:8])], dim=1)
+    act64 = F.silu if act != "gelu" else F.gelu
+    w, b = mixer.conv1d.weight.double(), mixer.conv1d.bias.double()
+    xc = full.double().transpose(1, 2)
+    exact = act64(F.conv1d(xc, w, b, padding=K - 1, groups=DIM)[..., : xc.shape[-1]])
+    assert_close_to_reference("conv output", got, exact.transpose(1, 2), F32)
+    window = full[:, -K:].transpose(1, 2)
+    assert_close_to_reference("cached window", cache.get_conv_state(0), window, F32)
+    assert int(cache.get_seq_length(0)) == 8
+    assert len(calls) == (0 if act == "gelu" else 2)
