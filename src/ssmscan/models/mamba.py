@@ -228,7 +228,6 @@ class MambaMixer(nn.Module):
             assert conv_state is not None and ssm_state is not None  # (decode says so)
             return self._step(x[:, :, 0], z[:, :, 0], conv_state, ssm_state, inplace)
         w, bias = self.conv1d.weight, self.conv1d.bias
-        given_conv_state = conv_state
         if conv_state is None:
             conv_state = x.new_zeros(batch, self.d_inner, self.d_conv)
         # Note [conv state]
@@ -240,7 +239,8 @@ class MambaMixer(nn.Module):
             x, dt.transpose(1, 2), B.transpose(1, 2), C.transpose(1, 2), z, ssm_state
         )
         result = (self.out_proj(out.transpose(1, 2)), new_conv_state, new_ssm_state)
-        return write_states(inplace, result, given_conv_state, ssm_state)
+        # in place, conv_state was given (check_inplace_states) and is the one to write
+        return write_states(inplace, result, conv_state, ssm_state)
 
     def _scan(
         self,

@@ -103,20 +103,6 @@ def test_triton_interpreter(batch, dim, K, dtype, has_bias, silu):
     _check(out, new_state, x, state, weight, bias, silu, dtype)
 
 
-@pytest.mark.gpu
-@GPU
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize(
-    "batch,dim,K", [(1, 1792, 4), (64, 5376, 4), (3, 1001, 3)], ids=["130m", "2.7b-b64", "odd"]
-)
-def test_gpu(batch, dim, K, dtype):
-    x, state, weight, bias = _inputs(batch, dim, K, dtype, "cuda")
-    before = state.clone()
-    out, new_state = torch.ops.ssmscan.conv1d_step(x, state, weight, bias, True)
-    _check(out, new_state, x, state, weight, bias, True, dtype)
-    torch.testing.assert_close(state, before, rtol=0, atol=0)
-
-
 def _check_in_place(x, state, weight, bias, silu, dtype):
     """conv1d_step_ against the reference: the returned output, the state overwritten."""
     from ssmscan.ops.conv1d_step.api import conv1d_step_
@@ -165,10 +151,19 @@ def test_triton_interpreter_in_place(batch, dim, K, dtype):
 
 @pytest.mark.gpu
 @GPU
+@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "in-place"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize(
     "batch,dim,K", [(1, 1792, 4), (64, 5376, 4), (3, 1001, 3)], ids=["130m", "2.7b-b64", "odd"]
 )
-def test_gpu_in_place(batch, dim, K, dtype):
+def test_gpu(batch, dim, K, dtype, in_place):
+    """The op (the input state left alone) and ``conv1d_step_`` (the kernel writing the state
+    it reads) on CUDA."""
     x, state, weight, bias = _inputs(batch, dim, K, dtype, "cuda")
-    _check_in_place(x, state, weight, bias, True, dtype)
+    if in_place:
+        _check_in_place(x, state, weight, bias, True, dtype)
+        return
+    before = state.clone()
+    out, new_state = torch.ops.ssmscan.conv1d_step(x, state, weight, bias, True)
+    _check(out, new_state, x, state, weight, bias, True, dtype)
+    torch.testing.assert_close(state, before, rtol=0, atol=0)
