@@ -111,6 +111,8 @@ def main() -> None:
                             **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
                 _check(f"out {t} f32_dot={f32_dot} flags={flags}",
                        triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
+                # the backward's states: float32, or x's dtype by plan.bwd_states_16
+                bst = t if plan.bwd_states_16 and t != "fp32" else "fp32"
                 if plan.walk_min_programs > 0 and not flags:  # the backward's, once a dtype
                     dstates_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
                                          BLOCK_N=plan.walk_block_n)  # fmt: skip
@@ -119,7 +121,7 @@ def main() -> None:
                                       dt_bias="*fp32" if all_flags else None, A="*fp32",
                                       B=f"*{t}", seg="*i64" if all_flags else None,
                                       init="*fp32" if all_flags else None, dtp="*fp32",
-                                      cs="*fp32", states="*fp32", final="*fp32", **sizes,
+                                      cs="*fp32", states=f"*{bst}", final="*fp32", **sizes,
                                       SOFTPLUS=all_flags, HAS_BIAS=all_flags, HAS_MIN=all_flags,
                                       HAS_MAX=all_flags, HAS_SEG=all_flags, HAS_INIT=all_flags,
                                       **dict(common, CHUNK=plan.chunk,
@@ -130,8 +132,8 @@ def main() -> None:
                                plan.warps_states_walk, plan.states_walk_stages)  # fmt: skip
                         vals_d = dict(dout=f"*{t}", z=f"*{t}" if all_flags else None, C=f"*{t}",
                                       seg="*i64" if all_flags else None, cs="*fp32",
-                                      states="*fp32", dfinal="*fp32" if all_flags else None,
-                                      dinit=f"*{t}" if all_flags else None, dstates="*fp32",
+                                      states=f"*{bst}", dfinal="*fp32" if all_flags else None,
+                                      dinit=f"*{t}" if all_flags else None, dstates=f"*{bst}",
                                       dk="*fp32", **sizes, HAS_Z=all_flags, HAS_SEG=all_flags,
                                       HAS_DFINAL=all_flags, HAS_INIT=all_flags,
                                       **dict(common, **dstates_tiles))  # fmt: skip
@@ -142,20 +144,20 @@ def main() -> None:
                             dt_bias="*fp32" if flags else None, A="*fp32",
                             Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
                             seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
-                            states="*fp32", dstates="*fp32", dk="*fp32",
+                            states=f"*{bst}", dstates=f"*{bst}", dk="*fp32",
                             cb="*fp32" if flags else None, dx=f"*{t}",
                             dz=f"*{t}" if flags else None, ddt="*fp32",
                             dD="*fp32" if flags else None, dA="*fp32", **sizes,
                             SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags,
                             HAS_D=flags, D_PER_HEAD=False, HAS_Z=flags, HAS_SEG=flags,
-                            HAS_CB=flags,
+                            HAS_CB=flags, STATE_DOT_16=bst != "fp32",
                             BLOCK_N=plan.block_n, BLOCK_K=8, **common)  # fmt: skip
-                _check(f"dx {t} f32_dot={f32_dot} flags={flags}",
+                _check(f"dx {t} f32_dot={f32_dot} flags={flags} states={bst}",
                        triton_bwd._ssd_scan_bwd_dx_kernel, vals, plan.warps_dx, plan.stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", A="*fp32",
                             B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
                             cs="*fp32",
-                            states="*fp32", dstates="*fp32", dB="*fp32", dC="*fp32", **sizes,
+                            states=f"*{bst}", dstates=f"*{bst}", dB="*fp32", dC="*fp32", **sizes,
                             NS=3, HS=plan.dbc_heads, HAS_Z=flags, HAS_SEG=flags,
                             **dict(common, BLOCK_P=plan.dbc_block_p,
                                    BLOCK_N=plan.dbc_block_n))  # fmt: skip

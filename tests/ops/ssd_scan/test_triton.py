@@ -85,7 +85,8 @@ def _run_launchers(kw, dt_limit, dout, dfinal, plan):
 
 def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     """Both kernel families, forward and backward, against float64: walking (the split forward
-    for 16-bit inputs, the walking backward) and three-launch; then the split forward alone."""
+    for 16-bit inputs, the walking backward; for 16-bit inputs also with its states stored in the
+    other dtype than planned) and three-launch; then the split forward alone."""
     dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
     plans = {"walking": plan, "three-launch": plan}
@@ -97,6 +98,10 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
                                                 cb_once=not plan.cb_once),
                  "three-launch": dataclasses.replace(plan, walk_min_programs=0, split=False,
                                                      dbc_heads=1 << 30)}  # fmt: skip
+        if dtype != torch.float32:  # the walking backward's states the other way than planned
+            plans["walking, other states"] = dataclasses.replace(
+                plans["walking"], bwd_states_16=not plan.bwd_states_16
+            )
     for family, p in plans.items():
         out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, p)
         assert out.dtype == kw["x"].dtype and final.dtype == state_dtype(kw["x"].dtype)
@@ -174,12 +179,16 @@ def test_triton_interpreter(L, ngroups, opts, dt_limit, dfinal_given, chunk, ssd
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("bc", ["x", "fp32"], ids=["BC-x-dtype", "BC-fp32"])
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
-def test_triton_interpreter_16bit(dt, ssd_inputs):
+def test_triton_interpreter_16bit(dt, bc, ssd_inputs):
     """16-bit x, B, C, z, dt (the matmuls' operands in that dtype, float32 accumulation) with
-    float32 parameters and states."""
+    float32 parameters and states; B and C also in float32 (the state dtype), which the
+    backward's 16-bit states do not multiply as they are."""
     kw = ssd_inputs(batch=1, L=37, nheads=4, headdim=16, ngroups=2, dstate=16,
                     dtype=DTYPES[dt], seed=5, **FULL)  # fmt: skip
+    if bc == "fp32":
+        kw.update(B=kw["B"].float(), C=kw["C"].float())
     plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16)
     _check(kw, (0.0, INF), True, plan, DTYPES[dt], 37)
 

@@ -79,6 +79,10 @@ class SSDPlan:
         cb_once: the backward's dx / dt kernel reads ``C Bᵀ`` computed once per chunk and
             group (Note [SSD C·Bᵀ once per group] in ``triton_fwd``) instead of computing it
             once per head.
+        bwd_states_16: the walking backward stores the states entering each chunk and their
+            gradients in x's dtype (16-bit inputs), as mamba-ssm's backward does, instead of
+            float32: half the bytes its dx / dt and dB / dC kernels read (the walks keep the
+            state and its gradient in float32 on chip; the three launches keep float32).
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -122,6 +126,7 @@ class SSDPlan:
     warps_split_out: int = 8
     split_out_stages: int = 2
     cb_once: bool = False
+    bwd_states_16: bool = False
 
 
 def _pad(n: int) -> int:

@@ -132,8 +132,10 @@ def _ssd_scan_bwd_dx_kernel(
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
-    dstates,  # (batch, NC, nheads, headdim, dstate) fp32 gradient of each chunk's own state
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 (or x's dtype: plan.bwd_states_16)
+    # state entering each chunk
+    dstates,  # (batch, NC, nheads, headdim, dstate) states' dtype: gradient of each chunk's own
+    # state
     dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of the carries' gradients
     cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 C Bᵀ of each chunk and group (HAS_CB)
     dx,  # (batch, L, nheads, headdim) output, x's dtype
@@ -165,6 +167,8 @@ def _ssd_scan_bwd_dx_kernel(
     BLOCK_K: tl.constexpr,  # next_pow2(NBLK)
     PRECISION: tl.constexpr,
     F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in x's dtype
+    STATE_DOT_16: tl.constexpr,  # states, dstates, B and C all in one 16-bit dtype: C Sᵀ and
+    # B dSᵀ multiply them as they are (exact products, float32 sums), whatever F32_DOT says
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """dx, dz, d(dt) and the partials of dD, dA of one chunk and head (Note [SSD Triton
@@ -230,12 +234,20 @@ def _ssd_scan_bwd_dx_kernel(
             m_n = o_n < N
             o_bc = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
             m_bc = m_t[:, None] & m_n[None, :]
-            b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
-            b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
             o_st = o_state + o_p[None, :] * N + o_n[:, None]  # (BLOCK_N, BLOCK_P)
             m_st = m_n[:, None] & m_p[None, :]
-            b_St = _cast(tl.load(states + o_st, mask=m_st, other=0.0), DOT, EMULATE)
-            b_dSt = _cast(tl.load(dstates + o_st, mask=m_st, other=0.0), DOT, EMULATE)
+            if STATE_DOT_16:
+                b_C = tl.load(C + o_bc, mask=m_bc, other=0.0)
+                b_B = tl.load(B + o_bc, mask=m_bc, other=0.0)
+                b_St = tl.load(states + o_st, mask=m_st, other=0.0)
+                b_dSt = tl.load(dstates + o_st, mask=m_st, other=0.0)
+            else:
+                b_C = tl.load(C + o_bc, mask=m_bc, other=0.0).to(DOT)
+                b_B = tl.load(B + o_bc, mask=m_bc, other=0.0).to(DOT)
+                b_St = _cast(tl.load(states + o_st, mask=m_st, other=0.0).to(tl.float32), DOT,
+                             EMULATE)  # fmt: skip
+                b_dSt = _cast(tl.load(dstates + o_st, mask=m_st, other=0.0).to(tl.float32),
+                              DOT, EMULATE)  # fmt: skip
             b_off += _dot(b_C, b_St, PRECISION, EMULATE)
             b_dxs += _dot(b_B, b_dSt, PRECISION, EMULATE)
         b_dxs = b_dxs * b_e[:, None]
@@ -313,8 +325,10 @@ def _ssd_scan_bwd_dbc_kernel(
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
-    dstates,  # (batch, NC, nheads, headdim, dstate) fp32 gradient of each chunk's own state
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 (or x's dtype: plan.bwd_states_16)
+    # state entering each chunk
+    dstates,  # (batch, NC, nheads, headdim, dstate) states' dtype: gradient of each chunk's own
+    # state
     dB,  # (batch, L, ngroups, dstate) output, B's dtype; (batch, L, ngroups, NS, dstate) fp32
     # partial sums over each split of the group's heads when NS > 1
     dC,  # as dB, C's dtype
@@ -389,8 +403,10 @@ def _ssd_scan_bwd_dbc_kernel(
                 b_g = b_g * b_z * tl.sigmoid(b_z)
             o_st = o_state + o_p[:, None] * N + o_n[None, :]  # (BLOCK_P, BLOCK_N)
             m_st = m_p[:, None] & m_n[None, :]
-            b_S = _cast(tl.load(states + o_st, mask=m_st, other=0.0), DOT, EMULATE)
-            b_dS = _cast(tl.load(dstates + o_st, mask=m_st, other=0.0), DOT, EMULATE)
+            b_S = _cast(tl.load(states + o_st, mask=m_st, other=0.0).to(tl.float32), DOT,
+                        EMULATE)  # fmt: skip
+            b_dS = _cast(tl.load(dstates + o_st, mask=m_st, other=0.0).to(tl.float32), DOT,
+                         EMULATE)  # fmt: skip
             b_gd = _cast(b_g, DOT, EMULATE)
             b_Xd = _cast(b_X, DOT, EMULATE)
             b_dC += _dot(_cast(b_g * b_w[:, None], DOT, EMULATE), b_S, PRECISION, EMULATE)
@@ -511,7 +527,9 @@ def launch(
         HAS_SEG=seg is not None, HAS_CB=cb is not None, CHUNK=Q, BLOCK_P=plan.block_p,
         BLOCK_N=block_n,
         BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
-        F32_DOT=f32_dot, EMULATE=plan.emulate, num_warps=plan.warps_dx,
+        F32_DOT=f32_dot,
+        STATE_DOT_16=states.dtype != f32 and B.dtype == C.dtype == states.dtype,
+        EMULATE=plan.emulate, num_warps=plan.warps_dx,
         num_stages=plan.stages,
     )  # fmt: skip
     hs = min(plan.dbc_heads, H // G)  # heads per program of the dB / dC kernel

@@ -204,10 +204,10 @@ def _ssd_scan_dstates_walk_kernel(
     C,  # (batch, L, ngroups, dstate)
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    states,  # (batch, NC, nheads, headdim, dstate) fp32 or x's dtype: state entering each chunk
     dfinal,  # (batch, nheads, headdim, dstate) gradient of the final state (HAS_DFINAL)
     dinit,  # (batch, nheads, headdim, dstate) gradient of the initial state, output (HAS_INIT)
-    dstates,  # (batch, NC, nheads, headdim, dstate) fp32 output: dS_{c+1} for chunk c
+    dstates,  # (batch, NC, nheads, headdim, dstate) states' dtype, output: dS_{c+1} for chunk c
     dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of dS_{c+1} ∘ S_c, output
     L,  # time steps
     H,  # nheads
@@ -247,8 +247,8 @@ def _ssd_scan_dstates_walk_kernel(
         o_t = c * CHUNK + o_i
         m_t = o_t < L
         o_st = ((i_b * NC + c) * H + i_h) * P * N + o_pn
-        tl.store(dstates + o_st, b_dS, mask=m_pn)
-        b_S = tl.load(states + o_st, mask=m_pn, other=0.0)
+        tl.store(dstates + o_st, _cast(b_dS, dstates.dtype.element_ty, EMULATE), mask=m_pn)
+        b_S = tl.load(states + o_st, mask=m_pn, other=0.0).to(tl.float32)
         tl.store(dk + (i_bh * NC + c) * NBLK + i_blk, tl.sum(tl.sum(b_dS * b_S, 1), 0))
         b_cs = tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + o_i)
         b_w = tl.exp(b_cs)
@@ -289,10 +289,12 @@ def launch_states(
     """``triton_fwd.recompute_states`` by walking: (dtp, cs, states entering each chunk) on
     contiguous operands; ``final`` written; at the states walk's tile (``plan.states_walk_*``).
     ``forward``: the split forward's chunk and its states in x's dtype where the plan says so;
-    else the backward's chunk and float32 states."""
+    else the backward's chunk and its states (float32, or x's dtype by ``plan.bwd_states_16``)."""
     batch, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     Q, sdtype = plan.chunk, torch.float32
+    if not forward and plan.bwd_states_16:
+        sdtype = x.dtype
     if forward:
         Q = plan.split_chunk
         sdtype = x.dtype if plan.split_states_16 else torch.float32
