@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch.export import Dim
+from torch.utils._sympy.numbers import int_oo
 
 import ssmscan
 from ssmscan.testing import make_selective_scan_inputs
@@ -99,3 +100,52 @@ def test_export_graph_does_not_grow_with_length():
     block = _Block()
     sizes = {len(torch.export.export(block, _block_inputs(L)).graph.nodes) for L in (8, 1000)}
     assert len(sizes) == 1
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("facts", ["compiled", "interpreted"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_forward_host_code_adds_no_guard_on_batch_or_length(facts, dtype, monkeypatch):
+    """The Triton forward's host code (planner and launcher) as torch.export traces it, with
+    batch and L dynamic (what ``ssmscan report`` and ``ssmscan.export`` export): the kernels are
+    not traced on the CPU (each launch's arguments are prepared as a traced launch prepares
+    them), under an H200's facts and the interpreter's. The planner once guarded on the number
+    of segments (a function of batch and L), which torch.export refused as inconsistent with
+    the declared ranges, and a dynamic export of a Mamba LM failed on the GPU."""
+    pytest.importorskip("triton")
+    from ssmscan.ops.common import triton_launch
+    from ssmscan.ops.common.device import H200, INTERPRETED
+    from ssmscan.ops.selective_scan import triton_fwd
+    from ssmscan.ops.selective_scan.shapes import empty_forward_outputs
+
+    def prepare_only(self, grid, *args, **kwargs):
+        self.traced_args(args, kwargs, triton_launch._first_tensor(args, kwargs))
+
+    monkeypatch.setattr(triton_launch._Launcher, "_launch", prepare_only)
+    device_facts = H200 if facts == "compiled" else INTERPRETED
+    name = f"ssmscan_test::selective_scan_forward_host_{facts}_{str(dtype)[6:]}"
+
+    @torch.library.triton_op(name, mutates_args=())
+    def forward(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                C: torch.Tensor, D: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        out, last, ckpt = empty_forward_outputs(u, A)
+        plan = triton_fwd.plan_for(u, A, B, C, facts=device_facts)
+        assert plan.nseg == 1  # symbolic sizes: unsplit
+        triton_fwd.launch(u, delta, A, B, C, D, z, None, None, True, out, last, ckpt, plan=plan)
+        return out
+
+    op = getattr(torch.ops.ssmscan_test, name.split("::")[1])
+
+    class Scan(torch.nn.Module):
+        def forward(self, u, delta, A, B, C, D, z):
+            return op(u, delta, A, B, C, D, z)
+
+    kw = make_selective_scan_inputs(2, 64, 300, 16, groups=1, seed=3)
+    args = tuple(kw[k] for k in ("u", "delta", "A", "B", "C", "D", "z"))
+    args = tuple(a.to(dtype) if a.dim() >= 3 else a for a in args)
+    batch, L = Dim("batch", min=1), Dim("L", min=1, max=65536)
+    bl, bcl = {0: batch, 2: L}, {0: batch, 3: L}  # B, C: (batch, groups, N, L)
+    ep = torch.export.export(Scan(), args, dynamic_shapes=(bl, bl, None, bcl, bcl, None, bl),
+                             strict=False)  # fmt: skip
+    ranges = sorted((r.lower, r.upper) for r in ep.range_constraints.values())
+    assert ranges == [(1, 65536), (1, int_oo)], ranges

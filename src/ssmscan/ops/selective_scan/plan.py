@@ -12,8 +12,11 @@ device (``ssmscan.ops.common.device.device_facts``). Under Triton's interpreter 
 the planner plans for an H200-sized grid (``INTERPRETED``), so that the interpreter tests walk
 the same segment plans as the GPU, without the register-wave fitting that only a GPU has.
 
-Sizes may be symbolic (``torch.SymInt`` under ``torch.compile(dynamic=True)``): the planner's
-arithmetic then guards on them as ordinary Python would, and the plan is not cached.
+Sizes may be symbolic (``torch.SymInt`` under ``torch.compile(dynamic=True)`` or a dynamic-shape
+``torch.export``): the plan is then not cached, and no decision guards on a symbolic batch or
+length, since an export must hold for every size its ``Dim`` allows: such a call runs unsplit (one
+segment), without the whole-tile loop, the 16-bit rows or the wider 2-D blocks that a concrete
+size would earn; the sizes only enter the plan's arithmetic (grids, segment length).
 
 ``tests/ops/selective_scan/test_plan.py`` tabulates which kernels the planner picks.
 """
@@ -131,6 +134,8 @@ def segments(warps: int, n_chunks: int, target: int, policy: Policy = DEFAULT) -
     be shorter) when ``warps`` (batch x channel blocks x warps per block) is below
     ``policy.split_below_warps``, aiming at ``target`` warps; (1, n_chunks) otherwise. Note
     [selective scan segments]."""
+    if not _concrete(warps, n_chunks):  # a symbolic size: unsplit, no guard on it
+        return 1, torch.sym_max(n_chunks, 1)
     if warps >= policy.split_below_warps:
         return 1, max(n_chunks, 1)
     want = max(1, min(n_chunks, -(-target // max(warps, 1))))
@@ -144,7 +149,7 @@ def block_channels(batch: int, dim: int, G: int, facts: DeviceFacts) -> tuple[in
     straddles two groups."""
     block_d, warps = 32, 1
     for bd, w in ((128, 4), (64, 2)):
-        if batch * cdiv(dim, bd) >= 3 * facts.sm_count:
+        if _concrete(batch, dim) and batch * cdiv(dim, bd) >= 3 * facts.sm_count:
             block_d, warps = bd, w
             break
     if G > 1:
@@ -339,7 +344,8 @@ def _plan_forward(batch, dim, L, N, G, dtype, bc_dtypes, a_plain, facts, policy,
         nseg = cdiv(cdiv(L, TT), seg)
     if policy.rows16 == "always":
         pass
-    elif ch2 and nseg == 1:  # unsplit: as its waves fill against the one-channel pass's
+    elif ch2 and nseg == 1 and _concrete(batch):  # unsplit: as its waves fill against the
+        # one-channel pass's
         progs, progs2 = batch * nblk, batch * cdiv(dim, 2 * block_d)
         ch2, rows16 = ch2_rows16(progs, progs2, warps, rows16, facts, policy)
     else:
@@ -352,7 +358,8 @@ def _plan_forward(batch, dim, L, N, G, dtype, bc_dtypes, a_plain, facts, policy,
         consts.update(KL=KL, TPL=TPL, A_RAW=a_raw, HAS_LAST=direct, Y_SCATTER=True, AHEAD=1,
                       BC_ROLL=True, BCAST_TILE=dtype != torch.float32, SEG_T=seg_t)  # fmt: skip
         # every tile whole and every program's channels there: the loop without masks
-        if policy.even and L % TT == 0 and nseg == 1 and dim % block_d == 0:
+        static = _concrete(batch, dim, L)
+        if policy.even and static and L % TT == 0 and nseg == 1 and dim % block_d == 0:
             consts.update(EVEN=True, AHEAD=2)
             if batch * dim * L < 2**31:
                 consts["I32"] = True
