@@ -16,6 +16,11 @@ mkdir -p "$OUT"
 PARTS=${*:-all}
 has() { [[ " $PARTS " == *" $1 "* || " $PARTS " == *" all "* ]]; }
 T0=$(date +%s)
+# Inductor's C++ compiler for the AOTInductor packages: the system g++, whatever CXX says. The lent
+# GPU machines set CXX=/opt/gcc/bin/g++, whose libstdc++ is not the one Python loaded, and a package
+# it builds kills the process that loads it (README, "AOTInductor, CUDA")
+AOT_CXX=/usr/bin/g++
+[ -x "$AOT_CXX" ] || AOT_CXX=${CXX:-g++}
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 
 if (has bench || has ssd || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
@@ -48,7 +53,7 @@ fi
 if has aoti; then
     stamp "AOTInductor package, loaded in a fresh process"
     mkdir -p /tmp/aoti
-    CXX=${CXX:-/usr/bin/g++} timeout 180 python3 benchmarks/selective_scan/aoti_check.py build /tmp/aoti > "$OUT/aoti.log" 2>&1
+    CXX=$AOT_CXX timeout 180 python3 benchmarks/selective_scan/aoti_check.py build /tmp/aoti > "$OUT/aoti.log" 2>&1
     echo "aoti build rc=$?"
     timeout 120 python3 benchmarks/selective_scan/aoti_check.py load /tmp/aoti >> "$OUT/aoti.log" 2>&1
     echo "aoti load rc=$?"; tail -4 "$OUT/aoti.log"
@@ -82,7 +87,7 @@ if has ssd; then
         --out "$OUT/ssd_gpu.json" > "$OUT/ssd_gpu.log" 2>&1
     echo "ssd bench rc=$?"; grep -v '^{' "$OUT/ssd_gpu.log" | tail -30
     mkdir -p /tmp/aoti_ssd
-    CXX=${CXX:-/usr/bin/g++} timeout 180 python3 benchmarks/ssd_scan/aoti_check.py build /tmp/aoti_ssd > "$OUT/ssd_aoti.log" 2>&1
+    CXX=$AOT_CXX timeout 180 python3 benchmarks/ssd_scan/aoti_check.py build /tmp/aoti_ssd > "$OUT/ssd_aoti.log" 2>&1
     echo "ssd aoti build rc=$?"
     timeout 120 python3 benchmarks/ssd_scan/aoti_check.py load /tmp/aoti_ssd >> "$OUT/ssd_aoti.log" 2>&1
     echo "ssd aoti load rc=$?"; tail -4 "$OUT/ssd_aoti.log"
@@ -128,7 +133,7 @@ if has report; then
     # export and AOTInductor (loaded in a fresh process) on the GPU, each against eager
     stamp "ssmscan report on CUDA"
     for model in tiny tiny-mamba2; do
-        CXX=${CXX:-/usr/bin/g++} timeout "${T_REPORT:-240}" python3 -m ssmscan report --device cuda \
+        CXX=$AOT_CXX timeout "${T_REPORT:-240}" python3 -m ssmscan report --device cuda \
             --model "$model" --targets eager,compile,export,aoti --json "$OUT/report_$model.json" \
             > "$OUT/report_$model.log" 2>&1
         echo "report $model rc=$?"; tail -12 "$OUT/report_$model.log"
