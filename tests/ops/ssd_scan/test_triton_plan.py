@@ -19,24 +19,25 @@ FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 # (nheads, headdim, ngroups, dstate, dtype, facts) -> (chunk, state tile, out block, loop
 # blocks (headdim, dstate), pass block, precision, warps of the state / out / pass / dx / dbc
 # kernels, emulated). 16-bit inputs pass in blocks of 512 (they pass only where too few
-# programs walk) and run dx / dt at 4 warps; float32 in 1024 and at 8 (both measured).
+# programs walk) and run dx / dt at 4 warps with a dstate step of 64; float32 in 1024, at 8
+# warps and a step of 32 (all measured).
 TABLE = [
     # mamba2-130m / 2.7b / Codestral-like heads: Q 64, (64, 128) chunk-state tiles
     (
         (24, 64, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 32), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
     ),
     (
         (80, 64, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 32), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
     ),
     (
         (128, 64, 8, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 32), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
     ),
     (
         (48, 64, 1, 128, FP16, H200),
-        (64, (64, 128), 64, (32, 32), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
     ),
     # float32: 3xTF32 on the tensor cores (plain TF32 misses the float32 tolerance)
     (
@@ -46,11 +47,11 @@ TABLE = [
     # wide heads and states: blocks of 64 headdim, 128 dstate, looped
     (
         (16, 128, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 32), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
     ),
     (
         (32, 256, 1, 256, BF16, H200),
-        (64, (64, 128), 64, (32, 32), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
     ),
     # narrow: blocks shrink to the padded sizes (at least 16, tl.dot's minimum), 4 warps
     (
@@ -85,6 +86,16 @@ def test_plan_table(shape, expected):
            p.pass_block, p.precision,
            (p.warps_state, p.warps_out, p.warps_pass, p.warps_dx, p.warps_dbc), p.emulate)  # fmt: skip
     assert got == expected
+
+
+def test_backward_states_in_16_bit_for_16_bit_inputs():
+    """The walking backward stores its states and their gradients in x's dtype for 16-bit
+    inputs (as mamba-ssm's backward does), in float32 for float32 inputs."""
+    assert plan_ssd(24, 64, 1, 128, BF16, H200).bwd_states_16
+    assert plan_ssd(48, 64, 1, 128, FP16, H200).bwd_states_16
+    assert plan_ssd(4, 4, 2, 8, BF16, INTERPRETED).bwd_states_16
+    assert not plan_ssd(24, 64, 1, 128, FP32, H200).bwd_states_16
+    assert not plan_ssd(24, 64, 1, 128, FP32, H200, "high").bwd_states_16
 
 
 def test_plan_float32_precision_follows_the_caller():

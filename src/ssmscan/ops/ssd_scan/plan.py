@@ -148,9 +148,9 @@ def plan_ssd(
     dstate) chunk states written per chunk (the largest memory traffic: 4·headdim·dstate bytes
     per head and chunk, against 2·Q·headdim of x) are amortized over 64 steps. The chunk-state
     kernel's tile is (64, 128) (90 registers a thread at 8 warps, sm_90, no spills); the output
-    kernel's headdim block 64 and the backward's loop steps 32 x 32, the largest without
-    spills for 16-bit inputs at 8 warps (``tests/ops/ssd_scan/sm90_compile_check.py``: 64 x 64
-    spilled 212 bytes in the dx kernel). float32 inputs use 3xTF32 on devices with tensor cores
+    kernel's headdim block 64 and the backward's loop steps 32 x 32 (32 x 64 for 16-bit inputs,
+    measured faster though the dx kernel spills, ``tests/ops/ssd_scan/sm90_compile_check.py``
+    reports by how much). float32 inputs use 3xTF32 on devices with tensor cores
     (the float32 tolerance, 1e-5 max-normalized, rules out plain TF32's ~3e-4; its split
     operands still spill 0.4-0.5 KB in the backward kernels), IEEE float32 elsewhere and under
     the interpreter. A caller that allows TF32 for float32 matmuls (``matmul_precision`` "high"
@@ -170,7 +170,7 @@ def plan_ssd(
     Example:
         >>> p = plan_ssd(24, 64, 1, 128, torch.bfloat16, H200)
         >>> p.chunk, p.state_block_p, p.state_block_n, p.block_p, p.block_n, p.precision
-        (64, 64, 128, 32, 32, 'tf32')
+        (64, 64, 128, 32, 64, 'tf32')
     """
     if matmul_precision not in ("highest", "high", "medium"):
         raise ValueError(
@@ -209,7 +209,10 @@ def _plan_ssd(
         state_block_n=state_n,
         out_block_p=out_p,
         block_p=min(pp, 32),
-        block_n=min(np_, 32),
+        # 16-bit inputs: 64 (with the 16-bit backward states below, the dx / dt kernel's
+        # C·Sᵀ and B·dSᵀ multiply 16-bit tiles), forward+backward 7.57 -> 7.28 ms at
+        # mamba2-2.7b's size and 4.61 -> 4.40 at -130m's (H100, bf16); float32 keeps 32
+        block_n=min(np_, 32 if dtype == torch.float32 else 64),
         # 16-bit inputs take the backward's passing only where too few programs walk (one
         # long sequence of few heads), where smaller blocks spread the sequential walk over
         # more programs: 512 measured 11% faster than 1024 at (1, 65536, 48, 64, 1, 128)
@@ -282,6 +285,14 @@ def _plan_ssd(
         # 16-bit inputs: -3.4 / -3.2% on the backward at mamba2-2.7b's and -130m's sizes (H100,
         # bf16); float32 not timed
         cb_once=dtype != torch.float32,
+        # 16-bit inputs: the states entering each chunk and their gradients stored in x's dtype
+        # between the walks and the dx / dt and dB / dC kernels, as mamba-ssm's backward stores
+        # them: forward+backward 8.35 -> 7.57 ms at mamba2-2.7b's size, 5.17 -> 4.61 at -130m's
+        # (H100, bf16; dx / dt 3.38 -> 3.10 ms, dB / dC 2.50 -> 2.09, the dstates walk 0.96 ->
+        # 0.84 at 2.7b); worst gradient errors against float64 unchanged at those sizes (4.2e-3
+        # dB, 3.6e-3 dC); at L = 700 under the interpreter dA 2.5e-4 -> 1.7e-3, ddt_bias 2.3e-4
+        # -> 5.9e-4, dz 4.0e-3 -> 5.2e-3 (tolerance 1.5e-2)
+        bwd_states_16=dtype != torch.float32,
     )
 
 
