@@ -179,7 +179,9 @@ def test_triton_interpreter(L, ngroups, opts, dt_limit, dfinal_given, chunk, ssd
 
 @pytest.mark.triton
 @_INTERP
-@pytest.mark.parametrize("bc", ["x", "fp32"], ids=["BC-x-dtype", "BC-fp32"])
+@pytest.mark.parametrize(
+    "bc", ["x", pytest.param("fp32", marks=pytest.mark.slow)], ids=["BC-x-dtype", "BC-fp32"]
+)
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 def test_triton_interpreter_16bit(dt, bc, ssd_inputs):
     """16-bit x, B, C, z, dt (the matmuls' operands in that dtype, float32 accumulation) with
