@@ -2,12 +2,13 @@
 # One call on a GPU machine: build the host C kernels, optionally build mamba-ssm's CUDA extension
 # in the background, then run the parts asked for. Results go under $OUT (default ./device-out).
 #
-#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | sweep | ssdprofile | models | profile | report | all (default)
+#   bash benchmarks/device.sh [PART ...]        PART: tests | aoti | bench | scan | ssd | sweep | ssdprofile | decode1 | models | profile | report | all (default)
 #
 # Environment: OUT (results folder), PYTEST_ARGS (extra pytest arguments for `tests`, e.g. -k),
 # BENCH_ARGS (extra arguments for bench_gpu.py), MODELS (`models` and `profile`, e.g.
 # mamba2-130m,mamba1-130m), SWEEP_PLANS / SWEEP_PLANS_FP32 (`sweep`: SSD plan variants, bench_gpu.py
-# --plans), SSD_PROFILE_ARGS (`ssdprofile`: tools/profile_ssd.py's arguments), T_TESTS / T_BENCH / T_SWEEP / T_MODELS / T_PROFILE / T_REPORT (timeouts, s).
+# --plans), SSD_PROFILE_ARGS (`ssdprofile`: tools/profile_ssd.py's arguments), DECODE_BLOCKS (`decode1`:
+# the decode step's channel blocks timed beside the planned one), T_TESTS / T_BENCH / T_SWEEP / T_MODELS / T_PROFILE / T_REPORT (timeouts, s).
 # mamba-ssm side by side: put its sdist and shared/anchors/build_mamba_cuda.py under .whl/ (the
 # README's "GPU benchmarks" says how); without them the benchmark times ssmscan alone.
 set -u
@@ -23,7 +24,7 @@ AOT_CXX=/usr/bin/g++
 [ -x "$AOT_CXX" ] || AOT_CXX=${CXX:-g++}
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 
-if (has bench || has ssd || has ssdprofile || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
+if (has bench || has ssd || has ssdprofile || has decode1 || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
     mkdir -p /tmp/mb && tar xzf .whl/mamba_ssm-*.tar.gz -C /tmp/mb
 fi
 if (has bench || has models) && ls .whl/mamba_ssm-*.tar.gz > /dev/null 2>&1; then
@@ -117,6 +118,17 @@ if has ssdprofile; then
     timeout "${T_PROFILE:-240}" python3 tools/profile_ssd.py ${MB:+--mamba-src "$MB"} ${SSD_PROFILE_ARGS:-} \
         > "$OUT/ssd_profile.log" 2>&1
     echo "ssd profile rc=$?"; grep -v -e Warning -e warn "$OUT/ssd_profile.log" | head -80
+fi
+if has decode1; then
+    # the decode step in Mamba-1's layout (mamba-130m's 1536 x 16) beside mamba-ssm's, ours also
+    # at other channel blocks than planned
+    stamp "decode step, Mamba-1 layout"
+    MB=$(ls -d /tmp/mb/mamba_ssm-* 2>/dev/null | head -1)
+    # shellcheck disable=SC2086
+    timeout "${T_BENCH:-240}" python3 benchmarks/ssd_scan/bench_gpu.py --parts decode --decode-layout mamba1 \
+        --decode-block-p ${DECODE_BLOCKS:-8 16 32 64} ${MB:+--mamba-src "$MB"} --out "$OUT/decode1.json" \
+        > "$OUT/decode1.log" 2>&1
+    echo "decode1 rc=$?"; grep -v '^{' "$OUT/decode1.log" | tail -24
 fi
 if has models; then
     # ssmscan's Mamba-2 / Mamba LMs beside mamba-ssm's MambaLMHeadModel (same config and weights)

@@ -68,6 +68,7 @@ SHAPES = [
 ]
 DECODE_BATCHES = (1, 16, 256)
 DECODE_HEADS = (80, 64, 128)  # nheads, headdim, dstate (mamba2-2.7b), ngroups 1
+DECODE_MAMBA1 = (1536, 16)  # dim, dstate (mamba-130m's inner width)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GRADS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
 
@@ -351,15 +352,24 @@ def time_variant(fn, kw, full, backward):
 # --- decode step -----------------------------------------------------------------------------------
 
 
-def decode_inputs(batch, dtype, device, seed=0):
+def decode_inputs(batch, dtype, device, seed=0, layout="mamba2"):
     """Mamba-2's decode layout as transformers and mamba-ssm pass it: A, dt, D and dt_bias are
-    per-head values expanded over headdim (zero strides); the state is float32."""
-    H, P, N = DECODE_HEADS
+    per-head values expanded over headdim (zero strides); the state is float32. ``layout``
+    "mamba1": Mamba-1's (state (batch, dim, dstate), per-channel A, dt, D and dt_bias, B and C
+    (batch, dstate)), as mamba-ssm's ``Mamba.step`` passes it."""
     g = torch.Generator().manual_seed(seed)
 
     def r(*s):
         return torch.randn(*s, generator=g).to(device)
 
+    if layout == "mamba1":
+        dim, n = DECODE_MAMBA1
+        return dict(
+            state=r(batch, dim, n), x=r(batch, dim).to(dtype), dt=r(batch, dim).to(dtype),
+            A=-torch.exp(0.5 * r(dim, n)), B=r(batch, n).to(dtype), C=r(batch, n).to(dtype),
+            D=r(dim), z=r(batch, dim).to(dtype), dt_bias=r(dim),
+        )  # fmt: skip
+    H, P, N = DECODE_HEADS
     return dict(
         state=r(batch, H, P, N), x=r(batch, H, P).to(dtype),
         dt=r(batch, H)[..., None].expand(batch, H, P).to(dtype),
@@ -371,7 +381,11 @@ def decode_inputs(batch, dtype, device, seed=0):
 
 
 def decode_reference(kw):
-    """(out, new state) in float64."""
+    """(out, new state) in float64; either layout (Mamba-1's as one head)."""
+    if kw["state"].dim() == 3:
+        one = {k: v.unsqueeze(0 if k in ("A", "D", "dt_bias") else 1) for k, v in kw.items()}
+        out, state = decode_reference(one)
+        return out[:, 0], state[:, 0]
     d = {k: v.double() for k, v in kw.items()}
     rep = d["x"].shape[1] // d["B"].shape[1]
     B, C = (d[k].repeat_interleave(rep, dim=1) for k in ("B", "C"))
@@ -383,10 +397,26 @@ def decode_reference(kw):
     return out * torch.nn.functional.silu(d["z"]), state
 
 
-def decode_variants(mamba_src):
+def _ours_block_p(block_p):
+    """ours in place with the decode step's plan at ``block_p`` channels a program."""
+    from ssmscan.ops.selective_state_update import triton_fwd
+    from ssmscan.ops.selective_state_update.plan import StateUpdatePlan
+
+    def run(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus):
+        out = torch.empty_like(x)
+        triton_fwd.launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, state,
+                          plan=StateUpdatePlan(block_p, 4))  # fmt: skip
+        return out
+
+    return run
+
+
+def decode_variants(mamba_src, block_ps=()):
     import ssmscan
 
     variants = {"ssmscan": (ssmscan.selective_state_update, None)}
+    for bp in block_ps:
+        variants[f"ssmscan[p{bp}]"] = (_ours_block_p(bp), None)
     try:
         _mamba_package(mamba_src)
         from mamba_ssm.ops.triton.selective_state_update import selective_state_update
@@ -397,28 +427,30 @@ def decode_variants(mamba_src):
     return variants
 
 
-def bench_decode(dtype, mamba_src):
-    """Rows for one decode step at DECODE_BATCHES: checked against float64, then timed
-    (do_bench median, GPU time) and as seen by the caller (wall time per call, synchronized)."""
+def bench_decode(dtype, mamba_src, layout="mamba2", block_ps=()):
+    """Rows for one decode step at DECODE_BATCHES in ``layout``: checked against float64, then
+    timed (do_bench median, GPU time) and as seen by the caller (wall time per call,
+    synchronized); ``block_ps``: ours also at those channels a program."""
     import time
 
     from triton.testing import do_bench
 
     rows = []
-    for name, (fn, why) in decode_variants(mamba_src).items():
+    for name, (fn, why) in decode_variants(mamba_src, block_ps).items():
         if fn is None:
             print(f"decode {name}: not available ({why})")
             continue
         for batch in DECODE_BATCHES:
-            kw = decode_inputs(batch, dtype, "cuda", seed=batch)
+            kw = decode_inputs(batch, dtype, "cuda", seed=batch, layout=layout)
             r_out, r_state = decode_reference(kw)
             state = kw["state"].clone()
             args = {**kw, "state": state}
             out = fn(**args, dt_softplus=True)
             err = max(_rel(out, r_out), _rel(state, r_state))
             ok = err <= tolerance(dtype)
-            row = dict(part="decode", variant=name, batch=batch, dtype=str(dtype), check=err, ok=ok)
-            if ok or name != "ssmscan":
+            row = dict(part="decode", layout=layout, variant=name, batch=batch, dtype=str(dtype),
+                       check=err, ok=ok)  # fmt: skip
+            if ok or not name.startswith("ssmscan"):
 
                 def step(fn=fn, args=args):
                     return fn(**args, dt_softplus=True)
@@ -436,11 +468,11 @@ def bench_decode(dtype, mamba_src):
                 row["wall_us"] = sorted(walls)[len(walls) // 2] * 1e6
             rows.append(row)
             print(json.dumps(row))
-    print(f"\n{'decode':<12}{'batch':>6}{'check':>10}{'gpu us':>9}{'wall us':>9}")
+    print(f"\n{'decode ' + layout:<16}{'batch':>6}{'check':>10}{'gpu us':>9}{'wall us':>9}")
     for r in rows:
         t = f"{r['gpu_us']:9.1f}{r['wall_us']:9.1f}" if "gpu_us" in r else "  FAILED CHECK"
         mark = "" if r["ok"] else " !"
-        print(f"{r['variant']:<12}{r['batch']:>6}{r['check']:>10.1e}{t}{mark}")
+        print(f"{r['variant']:<16}{r['batch']:>6}{r['check']:>10.1e}{t}{mark}")
     return rows
 
 
@@ -456,6 +488,10 @@ def main():
     ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
+    ap.add_argument("--decode-layout", default="mamba2", choices=["mamba2", "mamba1"],
+                    help="the decode step's layout: Mamba-2's heads or Mamba-1's channels")  # fmt: skip
+    ap.add_argument("--decode-block-p", nargs="*", type=int, default=[],
+                    help="ours also at these channels a program (the decode plan's block_p)")  # fmt: skip
     ap.add_argument("--anchors", nargs="*", default=["mamba-ssm", "fla"],
                     choices=["mamba-ssm", "fla"],
                     help="the other libraries timed beside ours (none: ours and --plans only)")  # fmt: skip
@@ -549,7 +585,7 @@ def main():
         check = r["check"] + ("" if r["ok"] else " !")  # ! beyond tolerance (an anchor, timed)
         print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<22}{check:<18}{t}")
     if "decode" in a.parts and a.device == "cuda" and not a.check_only:
-        rows += bench_decode(dtype, a.mamba_src)
+        rows += bench_decode(dtype, a.mamba_src, a.decode_layout, a.decode_block_p)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)

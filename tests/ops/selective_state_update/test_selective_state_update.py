@@ -115,9 +115,13 @@ def test_opcheck_cpu():
     os.environ.get("TRITON_INTERPRET") != "1",
     reason="interpreter tests need TRITON_INTERPRET=1 (no GPU)",
 )
+@pytest.mark.parametrize("block_p", [None, 2], ids=["planned", "block-p-2"])
 @pytest.mark.parametrize("batch,dim,N,groups", CASES)
-def test_triton_interpreter(batch, dim, N, groups):
+def test_triton_interpreter(batch, dim, N, groups, block_p):
+    """The kernel at the planner's plan and at a smaller channel block (a plan passed in: more
+    programs, each channel's states still in one program)."""
     from ssmscan.ops.selective_state_update import triton_fwd
+    from ssmscan.ops.selective_state_update.plan import StateUpdatePlan
 
     s, _ = _step_inputs(batch, dim, N, groups, torch.float32, "cpu")
     r_out, r_h = _ref64(s)
@@ -127,9 +131,21 @@ def test_triton_interpreter(batch, dim, N, groups):
         *[s[k] for k in ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus")],
         out,
         new,
+        plan=StateUpdatePlan(block_p, 2) if block_p else None,
     )
     assert_close_to_reference("out", out, r_out, torch.float32)
     assert_close_to_reference("state", new, r_h, torch.float32)
+
+
+def test_plan_table():
+    """Channels a program by head geometry: at most 2048 states a program and 128 channels."""
+    from ssmscan.ops.selective_state_update.plan import plan_state_update
+
+    table = {(64, 128): 16, (64, 16): 64, (1536, 16): 128, (5120, 16): 128, (1536, 4): 128,
+             (8, 4): 8, (64, 256): 8, (80, 128): 16}  # fmt: skip
+    got = {k: plan_state_update(*k).block_p for k in table}
+    assert got == table
+    assert {plan_state_update(*k).warps for k in table} == {4}
 
 
 @pytest.mark.gpu

@@ -50,3 +50,31 @@ def test_plan_variants_are_checked_too():
         capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"},
     )  # fmt: skip
     assert bad.returncode != 0 and "'blockp' is not an SSDPlan field" in bad.stderr, bad.stderr
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="runs the decode kernel under TRITON_INTERPRET=1 (set without a GPU)")  # fmt: skip
+@pytest.mark.parametrize("layout", ["mamba2", "mamba1"])
+def test_decode_pieces_on_cpu(layout, monkeypatch):
+    """The decode part's inputs and float64 reference in both layouts agree with ssmscan's step,
+    and its channel-block variants (``--decode-block-p``) run the kernel by that plan."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "DECODE_HEADS", (3, 8, 16))
+    monkeypatch.setattr(bench, "DECODE_MAMBA1", (40, 16))
+    kw = bench.decode_inputs(2, torch.float32, "cpu", seed=1, layout=layout)
+    assert kw["state"].dim() == (3 if layout == "mamba1" else 4)
+    r_out, r_state = bench.decode_reference(kw)
+    variants = bench.decode_variants("/nonexistent", (8,))
+    assert set(variants) == {"ssmscan", "ssmscan[p8]", "mamba-ssm"}
+    for name in ("ssmscan", "ssmscan[p8]"):
+        state = kw["state"].clone()
+        out = variants[name][0](**{**kw, "state": state}, dt_softplus=True)
+        assert bench._rel(out, r_out) < 1e-6 and bench._rel(state, r_state) < 1e-6, name

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from ssmscan.ops.common.host_math import cdiv, next_pow2
 from ssmscan.ops.common.triton_launch import launcher
+from ssmscan.ops.selective_state_update.plan import StateUpdatePlan, plan_state_update
 
 
 @triton.jit
@@ -149,12 +150,13 @@ def launch(
     out: torch.Tensor,
     new_state: torch.Tensor,
     state_batch_indices: torch.Tensor | None = None,
+    plan: StateUpdatePlan | None = None,
 ) -> None:
     """One step into the preallocated contiguous ``out`` (shaped like x) and ``new_state`` (shaped
     like state; holding a copy of ``state`` when ``state_batch_indices`` is given: Note [state
     rows]). ``new_state`` may be ``state`` itself (the update in place: each program reads its
     tile before writing it, and no two programs share one). Either layout of
-    ``selective_state_update``."""
+    ``selective_state_update``; by ``plan`` (``plan.plan_state_update``'s if None)."""
     if state.dim() == 3:  # Mamba-1: one head of headdim = dim
         state, new_state = state.unsqueeze(1), new_state.unsqueeze(1)
         x, dt, out, A = x.unsqueeze(1), dt.unsqueeze(1), out.unsqueeze(1), A.unsqueeze(0)
@@ -170,7 +172,8 @@ def launch(
     if batch == 0 or nheads == 0 or P == 0:
         return
     NP = next_pow2(N)
-    block_p = max(1, min(128, 2048 // NP, next_pow2(P)))
+    plan = plan if plan is not None else plan_state_update(P, N)
+    block_p = plan.block_p
     grid = (cdiv(P, block_p), batch, nheads)
     launcher(_selective_state_update_fwd_kernel)[grid](
         state,
@@ -206,5 +209,5 @@ def launch(
         HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None,
         HAS_SBI=state_batch_indices is not None,
-        num_warps=4,
+        num_warps=plan.warps,
     )
