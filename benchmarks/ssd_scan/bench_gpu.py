@@ -398,14 +398,17 @@ def decode_reference(kw):
 
 
 def _ours_block_p(block_p):
-    """ours in place with the decode step's plan at ``block_p`` channels a program."""
+    """ours in place with the decode step's planned plan changed to ``block_p`` channels a
+    program."""
     from ssmscan.ops.selective_state_update import triton_fwd
-    from ssmscan.ops.selective_state_update.plan import StateUpdatePlan
+    from ssmscan.ops.selective_state_update.plan import plan_state_update
 
     def run(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus):
         out = torch.empty_like(x)
+        plan = dataclasses.replace(plan_state_update(x.shape[-1], state.shape[-1]),
+                                   block_p=block_p)  # fmt: skip
         triton_fwd.launch(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, out, state,
-                          plan=StateUpdatePlan(block_p, 4))  # fmt: skip
+                          plan=plan)  # fmt: skip
         return out
 
     return run

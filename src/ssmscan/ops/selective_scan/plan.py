@@ -344,8 +344,8 @@ def _plan_forward(batch, dim, L, N, G, dtype, bc_dtypes, a_plain, facts, policy,
         nseg = cdiv(cdiv(L, TT), seg)
     if policy.rows16 == "always":
         pass
-    elif ch2 and nseg == 1 and _concrete(batch):  # unsplit: as its waves fill against the
-        # one-channel pass's
+    elif ch2 and nseg == 1 and _concrete(batch):
+        # unsplit: as its waves fill against the one-channel pass's
         progs, progs2 = batch * nblk, batch * cdiv(dim, 2 * block_d)
         ch2, rows16 = ch2_rows16(progs, progs2, warps, rows16, facts, policy)
     else:
