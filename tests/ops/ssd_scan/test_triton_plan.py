@@ -19,25 +19,25 @@ FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 # (nheads, headdim, ngroups, dstate, dtype, facts) -> (chunk, state tile, out block, loop
 # blocks (headdim, dstate), pass block, precision, warps of the state / out / pass / dx / dbc
 # kernels, emulated). 16-bit inputs pass in blocks of 512 (they pass only where too few
-# programs walk) and run dx / dt at 4 warps with a dstate step of 64; float32 in 1024, at 8
-# warps and a step of 32 (all measured).
+# programs walk) and run dx / dt and dB / dC at 4 warps, dx / dt with a dstate step of 64;
+# float32 in 1024, at 8 warps and a step of 32 (all measured).
 TABLE = [
     # mamba2-130m / 2.7b / Codestral-like heads: Q 64, (64, 128) chunk-state tiles
     (
         (24, 64, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
     ),
     (
         (80, 64, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
     ),
     (
         (128, 64, 8, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
     ),
     (
         (48, 64, 1, 128, FP16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
     ),
     # float32: 3xTF32 on the tensor cores (plain TF32 misses the float32 tolerance)
     (
@@ -47,11 +47,11 @@ TABLE = [
     # wide heads and states: blocks of 64 headdim, 128 dstate, looped
     (
         (16, 128, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
     ),
     (
         (32, 256, 1, 256, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 8), False),
+        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
     ),
     # narrow: blocks shrink to the padded sizes (at least 16, tl.dot's minimum), 4 warps
     (
@@ -153,21 +153,22 @@ def test_walk_table(shape, expected):
 
 
 # (nheads, headdim, ngroups, dstate, dtype) -> the backward's dB / dC kernel: (heads a program,
-# headdim step, dstate block): 16-bit inputs take the whole dstate up to 128 (g·Xᵀ once a head),
-# float32 (3xTF32, spilling already) blocks of 32
+# headdim step, dstate block, operands follow f32_dot): 16-bit inputs take the whole dstate up
+# to 128 (g·Xᵀ once a head) with operands in x's dtype, float32 (3xTF32, spilling already)
+# blocks of 32
 DBC_TABLE = [
-    ((80, 64, 1, 128, BF16), (8, 32, 128)),
-    ((128, 64, 8, 128, BF16), (8, 32, 128)),
-    ((32, 256, 1, 256, FP16), (8, 32, 128)),
-    ((24, 64, 1, 128, FP32), (8, 32, 32)),
-    ((48, 32, 1, 16, BF16), (8, 32, 16)),
+    ((80, 64, 1, 128, BF16), (8, 32, 128, False)),
+    ((128, 64, 8, 128, BF16), (8, 32, 128, False)),
+    ((32, 256, 1, 256, FP16), (8, 32, 128, False)),
+    ((24, 64, 1, 128, FP32), (8, 32, 32, True)),
+    ((48, 32, 1, 16, BF16), (8, 32, 16, False)),
 ]
 
 
 @pytest.mark.parametrize("shape,expected", DBC_TABLE, ids=[str(r[0]) for r in DBC_TABLE])
 def test_dbc_table(shape, expected):
     p = plan_ssd(*shape, H200)
-    assert (p.dbc_heads, p.dbc_block_p, p.dbc_block_n) == expected
+    assert (p.dbc_heads, p.dbc_block_p, p.dbc_block_n, p.dbc_f32_dot) == expected
 
 
 @pytest.mark.parametrize("nheads,expected", [(80, True), (60, False)])
@@ -189,14 +190,14 @@ def test_walks_with_a_symbolic_batch(nheads, expected):
 
 # (nheads, headdim, dstate, dtype, facts) -> the split forward (Note [SSD Triton split forward]):
 # (on, chunk, states tile, its warps and stages, 16-bit states, float32 operands, output tile
-# (headdim block, dstate step), its warps). 16-bit inputs split at every batch; float32 keeps
-# the three-launch forward.
+# (headdim block, dstate step), its warps). Every dtype splits at every batch (float32 keeps
+# float32 states: split_states_16 applies to 16-bit inputs).
 SPLIT_TABLE = [
     ((80, 64, 128, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
     ((24, 64, 128, FP16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
     ((32, 128, 256, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
     ((48, 32, 16, BF16, H200), (True, 64, (32, 16), 4, 2, True, False, (32, 16), 4)),
-    ((24, 64, 128, FP32, H200), (False, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((24, 64, 128, FP32, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
     ((4, 4, 8, BF16, INTERPRETED), (True, 64, (16, 16), 4, 2, True, False, (16, 16), 4)),
 ]
 

@@ -83,6 +83,10 @@ class SSDPlan:
             gradients in x's dtype (16-bit inputs), as mamba-ssm's backward does, instead of
             float32: half the bytes its dx / dt and dB / dC kernels read (the walks keep the
             state and its gradient in float32 on chip; the three launches keep float32).
+        dbc_f32_dot: the dB / dC kernel's matmul operands follow ``f32_dot``; else they are
+            rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them: dB and dC are its
+            only outputs, while dA and d(dt), the gradients ``f32_dot`` keeps accurate, come from
+            the dx / dt kernel.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -127,6 +131,7 @@ class SSDPlan:
     split_out_stages: int = 2
     cb_once: bool = False
     bwd_states_16: bool = False
+    dbc_f32_dot: bool = True
 
 
 def _pad(n: int) -> int:
@@ -226,7 +231,9 @@ def _plan_ssd(
         # mamba2-130m's than with 8 (H100), though ptxas then spills 664 bytes a thread with
         # every option on (32 at 8 warps); float32's split operands keep 8
         warps_dx=8 if wide and dtype == torch.float32 else 4,
-        warps_dbc=8 if wide else 4,
+        # 4 warps for 16-bit inputs (with their 16-bit dB / dC operands below): forward+backward
+        # 6.291 -> 6.147 ms at mamba2-2.7b's size (H100, bf16)
+        warps_dbc=8 if wide and dtype == torch.float32 else 4,
         stages=2,
         f32_dot=True,
         emulate=not facts.compiled,
@@ -264,7 +271,7 @@ def _plan_ssd(
         dbc_heads=8,
         dbc_block_p=min(pp, 32),
         dbc_block_n=min(np_, 32 if dtype == torch.float32 else 128),
-        # 16-bit inputs: the split forward (Note [SSD Triton split forward]) at every batch: it
+        # the split forward (Note [SSD Triton split forward]) at every batch. 16-bit inputs: it
         # beat the three launches at every size timed with few programs (H100, bf16, ms: (1,
         # 65536, 48, ...) 11.2 -> 3.64, (1, 8192, 48) 1.38 -> 0.60, (4, 2048, 24) 0.90 -> 0.59,
         # (1, 2048, 80) 0.80 -> 0.58, (1, 2048, 24) 1.24 -> 0.80); its derived
@@ -273,8 +280,9 @@ def _plan_ssd(
         # on an H100 at mamba2-2.7b's and -130m's sizes (bf16): chunk 64 (128: the states walk
         # 17% faster, the output kernel's (128, 128) tile 254 registers and 1.4x slower); the
         # output kernel at 4 warps (0.43 / 0.27 ms; 8 warps 0.57 / 0.33; headdim block 32
-        # 0.69 / 0.41)
-        split=dtype != torch.float32,
+        # 0.69 / 0.41). float32 (its states and operands float32, 3xTF32): 5.74 -> 2.34 ms
+        # at mamba2-2.7b's size (H100; only that size timed), the backward unchanged
+        split=True,
         split_chunk=chunk,
         split_states_16=True,
         split_f32_dot=False,
@@ -293,6 +301,10 @@ def _plan_ssd(
         # dB, 3.6e-3 dC); at L = 700 under the interpreter dA 2.5e-4 -> 1.7e-3, ddt_bias 2.3e-4
         # -> 5.9e-4, dz 4.0e-3 -> 5.2e-3 (tolerance 1.5e-2)
         bwd_states_16=dtype != torch.float32,
+        # 16-bit inputs: the dB / dC kernel's operands rounded to x's dtype: its time 2.10 ->
+        # 1.06 ms, forward+backward 7.17 -> 6.29 ms at mamba2-2.7b's size (H100, bf16); worst
+        # errors against float64 there dB 4.2e-3 -> 4.4e-3, dC (130m) 3.6e-3 -> 4.3e-3
+        dbc_f32_dot=dtype == torch.float32,
     )
 
 

@@ -542,7 +542,8 @@ def launch(
     launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G * ns, cdiv(N, dbc_n))](
         x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB_out, dC_out, L, H, P, G, N, NC,
         ns, hs, HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.dbc_block_p,
-        BLOCK_N=dbc_n, PRECISION=prec, F32_DOT=f32_dot, EMULATE=plan.emulate,
+        BLOCK_N=dbc_n, PRECISION=prec, F32_DOT=f32_dot and plan.dbc_f32_dot,
+        EMULATE=plan.emulate,
         num_warps=plan.warps_dbc, num_stages=plan.stages,
     )  # fmt: skip
     if ns > 1:

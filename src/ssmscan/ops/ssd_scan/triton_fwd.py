@@ -25,10 +25,10 @@ decays (time steps of a few units, A near -24), where the difference keeps no di
 near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the state passing) take
 no difference.
 
-Note [SSD Triton split forward]: for 16-bit inputs the forward runs in two launches: the
-states walk of ``triton_walk`` (one program per sequence, head and (headdim, dstate) tile walks
-the chunks in turn with its state on chip and writes the state entering each chunk, in x's
-dtype) and step 3's output kernel, every chunk in parallel. The walk's steps are one small
+Note [SSD Triton split forward]: where the plan splits (every dtype, ``plan.split``) the forward
+runs in two launches: the states walk of ``triton_walk`` (one program per sequence, head and
+(headdim, dstate) tile walks the chunks in turn with its state on chip and writes the state
+entering each chunk, in x's dtype for 16-bit inputs, else float32) and step 3's output kernel, every chunk in parallel. The walk's steps are one small
 matmul each and independent of one another but for the state update, so the chunks' loads
 overlap; the output kernel's chunks run in parallel. Nothing is passed in place: the states
 cross memory once each way.
