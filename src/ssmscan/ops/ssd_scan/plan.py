@@ -241,12 +241,11 @@ def _plan_ssd(
         # measured faster in five of six shapes (H100, bf16, backward ms planned -> walking:
         # (1, 65536, 48, ...) 40.1 -> 22.7, (1, 8192, 48) 5.09 -> 2.88, (4, 2048, 24) 2.58 ->
         # 1.90, (1, 2048, 24) 2.57 -> 2.18) but slower at (1, 2048, 80): 2.33 -> 3.39; not
-        # changed until that is understood. float32's 3xTF32 operands spill in every walking
-        # tile tried (0.15-10 KB a thread, sm_90, chunk 16-64, headdim blocks 16-64, 4-16
-        # warps): float32 does not walk
-        walk_min_programs=(facts.sm_count if dtype != torch.float32 else 0)
-        if facts.compiled
-        else 1,
+        # changed until that is understood. float32 walks by the same rule: its 3xTF32
+        # operands spill in every walking tile tried (0.15-10 KB a thread, sm_90, chunk 16-64,
+        # headdim blocks 16-64, 4-16 warps), yet forward+backward took 20.99 ms walking against
+        # 25.96 at mamba2-2.7b's size (H100)
+        walk_min_programs=facts.sm_count if facts.compiled else 1,
         # the dstates walk: (64, 64) tiles at 4 warps, 2 stages (245-255 registers, no spills,
         # sm_90): the backward 6.5% faster at mamba2-2.7b's and -130m's sizes (H100, bf16)
         # than the whole state row at 8 warps and one stage (1.52 / 0.93 ms a walk); 8 warps
