@@ -339,11 +339,12 @@ def test_gpu_op_float32_tf32(L, ssd_inputs):
 # the float64 reference's autograd holds tens of GB at L 1000: one such case at a time
 # (``--dist loadgroup``, as ``benchmarks/device.sh tests`` runs the GPU suite)
 @pytest.mark.xdist_group("large-float64-reference")
-@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+@pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("L", [63, 1000])
 def test_gpu_op_walking(L, dt, ssd_inputs):
     """Enough heads to fill the device: the planner's walks (the split forward, Note [SSD
-    Triton split forward]; the walking backward) with every option, against float64."""
+    Triton split forward]; the walking backward) with every option, against float64, in every
+    dtype."""
     from ssmscan.ops.common.device import device_facts
     from ssmscan.ops.ssd_scan.triton_walk import walks
 
