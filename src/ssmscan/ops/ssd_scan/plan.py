@@ -265,8 +265,10 @@ def _plan_ssd(
         states_walk_stages=2,
         # dB / dC: 8 heads a program (fp32 partial sums over a group's splits), the whole
         # dstate up to 128 for 16-bit inputs: g·Xᵀ and the x / dout / z tiles once per head,
-        # not once per dstate block (255 registers, no spills at 8 warps, sm_90); float32's
-        # 3xTF32 operands already spill 0.6 KB at 32 and 2 KB at 128, so they keep 32
+        # not once per dstate block (with float32 operands 255 registers and no spills at 8
+        # warps; with 16-bit operands at the planned 4 warps ptxas spills 616-716 bytes a
+        # thread, sm_90, and that measured faster, below); float32's 3xTF32 operands already
+        # spill 0.6 KB at 32 and 2 KB at 128, so they keep 32
         dbc_heads=8,
         dbc_block_p=min(pp, 32),
         dbc_block_n=min(np_, 32 if dtype == torch.float32 else 128),
