@@ -88,6 +88,18 @@ def test_plan_table(shape, expected):
     assert got == expected
 
 
+def test_backward_operands_in_16_bit_for_16_bit_inputs():
+    """The backward's dx / dt and dB / dC kernels round their matmul operands to x's dtype for
+    16-bit inputs (as mamba-ssm's backward does; their float32 sums keep dA and d(dt) within the
+    bf16 tolerance), and keep float32 operands for float32 inputs; the walks keep ``f32_dot``."""
+    for shape in ((24, 64, 1, 128, BF16, H200), (48, 64, 1, 128, FP16, H200),
+                  (4, 4, 2, 8, BF16, INTERPRETED)):  # fmt: skip
+        p = plan_ssd(*shape)
+        assert (p.f32_dot, p.dx_f32_dot, p.dbc_f32_dot) == (True, False, False), shape
+    p = plan_ssd(24, 64, 1, 128, FP32, H200)
+    assert (p.dx_f32_dot, p.dbc_f32_dot) == (True, True)
+
+
 def test_backward_states_in_16_bit_for_16_bit_inputs():
     """The walking backward stores its states and their gradients in x's dtype for 16-bit
     inputs (as mamba-ssm's backward does), in float32 for float32 inputs."""

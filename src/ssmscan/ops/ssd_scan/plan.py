@@ -45,11 +45,12 @@ class SSDPlan:
             chunk-state, output, state-passing, dx / dt and dB / dC kernels.
         stages: ``num_stages`` of the kernels with loops over headdim or dstate.
         f32_dot: matmul operands stay float32 (TF32 on the tensor cores) for 16-bit inputs,
-            instead of being rounded to x's dtype as mamba-ssm does, in every kernel but the
-            split forward's: most operands are derived (states, their gradients, the masked
-            C·Bᵀ, dt·x), and rounding them to bfloat16 took dA and ddt_bias to 1.7-2.3e-2
-            against the 1.5e-2 bfloat16 tolerance (L = 64..300, interpreter with the GPU's
-            rounding emulated; 0.72e-2 at TF32).
+            instead of being rounded to x's dtype as mamba-ssm does, in the walks, the
+            three-launch forward and C·Bᵀ (the split forward, the dx / dt and dB / dC kernels
+            follow their own fields): most operands are derived (states, their gradients, the
+            masked C·Bᵀ, dt·x), and rounding all of them to bfloat16 took dA and ddt_bias to
+            1.7-2.3e-2 against the 1.5e-2 bfloat16 tolerance (L = 64..300, interpreter with the
+            GPU's rounding emulated; 0.72e-2 at TF32).
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
         walk_min_programs: the backward walks (``triton_walk``: its chunk states and their
@@ -87,6 +88,9 @@ class SSDPlan:
             rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them: dB and dC are its
             only outputs, while dA and d(dt), the gradients ``f32_dot`` keeps accurate, come from
             the dx / dt kernel.
+        dx_f32_dot: the dx / dt kernel's matmul operands follow ``f32_dot``; else they are
+            rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them; its sums, and the
+            decays and their gradients, stay float32.
 
     Example:
         >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
@@ -132,6 +136,7 @@ class SSDPlan:
     cb_once: bool = False
     bwd_states_16: bool = False
     dbc_f32_dot: bool = True
+    dx_f32_dot: bool = True
 
 
 def _pad(n: int) -> int:
@@ -306,6 +311,13 @@ def _plan_ssd(
         # 1.06 ms, forward+backward 7.17 -> 6.29 ms at mamba2-2.7b's size (H100, bf16); worst
         # errors against float64 there dB 4.2e-3 -> 4.4e-3, dC (130m) 3.6e-3 -> 4.3e-3
         dbc_f32_dot=dtype == torch.float32,
+        # 16-bit inputs: the dx / dt kernel's operands rounded to x's dtype too (its spills
+        # 556 -> 148 bytes a thread at 4 warps, sm_90): forward+backward 5.85 -> 5.14 ms at
+        # mamba2-2.7b's size, 3.58 -> 3.16 at -130m's, 5.04 -> 4.39 at the Codestral-like
+        # (H200, bf16); worst errors against float64 at L 64-1000 (interpreter, headdim 64,
+        # dstate 128) dx 7.0e-3, dA 8.3e-3, ddt 4.2e-3 (tolerance 1.5e-2). At 8 warps (no
+        # spills) or headdim block 64 at 8 warps it was slower: 6.60 / 5.93 ms at 2.7b's size
+        dx_f32_dot=dtype == torch.float32,
     )
 
 

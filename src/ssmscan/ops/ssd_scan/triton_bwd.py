@@ -527,7 +527,7 @@ def launch(
         HAS_SEG=seg is not None, HAS_CB=cb is not None, CHUNK=Q, BLOCK_P=plan.block_p,
         BLOCK_N=block_n,
         BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
-        F32_DOT=f32_dot,
+        F32_DOT=f32_dot and plan.dx_f32_dot,
         STATE_DOT_16=states.dtype != f32 and B.dtype == C.dtype == states.dtype,
         EMULATE=plan.emulate, num_warps=plan.warps_dx,
         num_stages=plan.stages,
