@@ -353,7 +353,7 @@ def test_gpu_op_walking(L, dt, ssd_inputs):
     kw = ssd_inputs(batch=2, L=L, nheads=nheads, headdim=64, ngroups=2, dstate=128,
                     dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
     on_gpu = _cuda(kw)
-    assert walks(2, nheads, 64, plan_for(on_gpu["x"], on_gpu["B"]))
+    assert walks(2, nheads, 64, L, plan_for(on_gpu["x"], on_gpu["B"]))
     dout, dfinal = _dout_dfinal(kw, L, True)
     out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
     r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
@@ -361,6 +361,29 @@ def test_gpu_op_walking(L, dt, ssd_inputs):
     assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
     for k, g in grads.items():
         assert_close_to_reference(f"d{k}", g, r_grads[k], DTYPES[dt])
+
+
+@pytest.mark.gpu
+@_CUDA
+@pytest.mark.parametrize(
+    "L,walk", [(8191, False), (8200, True)], ids=["127.98-chunks", "129-chunks"]
+)
+def test_gpu_op_one_long_sequence(L, walk, ssd_inputs):
+    """One sequence of few heads: the backward walks by length alone from 128 chunks on (and
+    passes in parallel below), with every option, against float64."""
+    from ssmscan.ops.ssd_scan.triton_walk import walks
+
+    kw = ssd_inputs(batch=1, L=L, nheads=4, headdim=16, ngroups=2, dstate=32,
+                    dtype=torch.bfloat16, seed=L, **FULL)  # fmt: skip
+    on_gpu = _cuda(kw)
+    assert walks(1, 4, 16, L, plan_for(on_gpu["x"], on_gpu["B"])) is walk
+    dout, dfinal = _dout_dfinal(kw, L, True)
+    out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
+    assert_close_to_reference("out", out, r_out, torch.bfloat16)
+    assert_close_to_reference("final_states", final, r_final, torch.bfloat16)
+    for k, g in grads.items():
+        assert_close_to_reference(f"d{k}", g, r_grads[k], torch.bfloat16)
 
 
 @pytest.mark.gpu

@@ -58,6 +58,8 @@ class SSDPlan:
             least this many headdim-block programs (batch x heads x headdim blocks); fewer,
             it recomputes the states by the three launches and passes their gradients, whose
             chunks run in parallel. 0: never walks.
+        walk_min_chunks: the backward also walks where the sequence has at least this many
+            chunks, whatever the programs (0: only by ``walk_min_programs``).
         walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
             block (each tile writes its partial sum of ``dk``).
         warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
@@ -114,6 +116,7 @@ class SSDPlan:
     f32_dot: bool = True
     emulate: bool = False
     walk_min_programs: int = 0
+    walk_min_chunks: int = 0
     walk_block_p: int = 64
     walk_block_n: int = 128
     warps_walk: int = 8
@@ -251,6 +254,13 @@ def _plan_ssd(
         # headdim blocks 16-64, 4-16 warps), yet forward+backward took 20.99 ms walking against
         # 25.96 at mamba2-2.7b's size (H100)
         walk_min_programs=facts.sm_count if facts.compiled else 1,
+        # and at any number of programs from 128 chunks on: the three launches' two passes loop
+        # over every chunk (13.8 + 7.0 of 38.6 ms GPU time at (1, 65536, 48, 64, 1, 128)).
+        # forward+backward (H100, bf16) planned -> walking: (1, 65536, 48) 37.5 -> 18.4 ms,
+        # (1, 16384, 80) 13.1 -> 6.6, (1, 8192, 48) 4.75 -> 3.66 (walking through the
+        # benchmark's autograd function, with its host time); (1, 2048, 80), 32 chunks, walked
+        # slower (above)
+        walk_min_chunks=128,
         # the dstates walk: (64, 64) tiles at 4 warps, 2 stages (245-255 registers, no spills,
         # sm_90): the backward 6.5% faster at mamba2-2.7b's and -130m's sizes (H100, bf16)
         # than the whole state row at 8 warps and one stage (1.52 / 0.93 ms a walk); 8 warps

@@ -492,7 +492,7 @@ def launch(
     f32_dot = plan.f32_dot and x.dtype != f32
     Q = plan.chunk
     NC = cdiv(L, Q)
-    if triton_walk.walks(batch, H, P, plan):  # Note [SSD Triton walking backward]
+    if triton_walk.walks(batch, H, P, L, plan):  # Note [SSD Triton walking backward]
         dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts,
                                                     plan, f32_dot)  # fmt: skip
         nblk = triton_walk.dstates_blocks(int(P), int(N), plan)

@@ -5,7 +5,9 @@ chunks in turn with its state on chip: the chunk states (the split forward's fir
 The walks trade parallelism for traffic: the chunks of a sequence run in turn, so a launch has
 only batch x heads x state tiles programs. The forward walks at every batch (it beat the three
 launches even at one sequence of 48 heads); the backward walks where batch x heads fill the GPU
-(``plan.walk_min_programs``) and otherwise keeps the launches whose chunks run in parallel. A
+(``plan.walk_min_programs``) or the sequence is long (``plan.walk_min_chunks``: there the three
+launches' two passes, each a loop over every chunk, outlast the walks), and otherwise keeps the
+launches whose chunks run in parallel. A
 walk's steps are independent but for the state update, so its loads overlap; the registers
 bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
 
@@ -52,18 +54,26 @@ def dstates_blocks(headdim: int, dstate: int, plan: SSDPlan) -> int:
     return headdim_blocks(headdim, plan) * cdiv(dstate, plan.walk_block_n)
 
 
-def walks(batch: int, nheads: int, headdim: int, plan: SSDPlan) -> bool:
+def walks(batch: int, nheads: int, headdim: int, length: int, plan: SSDPlan) -> bool:
     """The backward walks (Note [SSD Triton walking backward]): the plan allows it and its
-    dstates walk has at least ``plan.walk_min_programs`` headdim-block programs. A symbolic
-    batch (``torch.compile`` with dynamic sizes) walks only where every batch it stands for
-    does, without a guard."""
+    dstates walk has at least ``plan.walk_min_programs`` headdim-block programs, or the
+    sequence has at least ``plan.walk_min_chunks`` chunks. A symbolic batch or length
+    (``torch.compile`` with dynamic sizes) walks only where every size it stands for does,
+    without a guard."""
     if plan.walk_min_programs <= 0:
         return False
-    need = plan.walk_min_programs
     programs = batch * nheads * headdim_blocks(headdim, plan)
-    if isinstance(programs, int):
-        return programs >= need
-    return statically_known_true(programs >= need)
+    if _at_least(programs, plan.walk_min_programs):
+        return True
+    return plan.walk_min_chunks > 0 and _at_least(length, plan.walk_min_chunks * plan.chunk)
+
+
+def _at_least(size: int, need: int) -> bool:
+    """``size >= need`` for an int; for a symbolic size only where every value it stands for
+    is, without a guard."""
+    if isinstance(size, int):
+        return size >= need
+    return statically_known_true(size >= need)
 
 
 # --- shared by the walks --------------------------------------------------------------------------
