@@ -8,7 +8,7 @@
 # BENCH_ARGS (extra arguments for bench_gpu.py), MODELS (`models` and `profile`, e.g.
 # mamba2-130m,mamba1-130m), SWEEP_PLANS / SWEEP_PLANS_FP32 (`sweep`: SSD plan variants, bench_gpu.py
 # --plans), SSD_PROFILE_ARGS (`ssdprofile`: tools/profile_ssd.py's arguments), DECODE_BLOCKS (`decode1`:
-# the decode step's channel blocks timed beside the planned one), T_TESTS / T_BENCH / T_SWEEP / T_MODELS / T_PROFILE / T_REPORT (timeouts, s).
+# the decode step's channel blocks timed beside the planned one), T_TESTS / T_BENCH / T_SSD / T_SWEEP / T_MODELS / T_PROFILE / T_REPORT (timeouts, s).
 # mamba-ssm side by side: put its sdist and shared/anchors/build_mamba_cuda.py under .whl/ (the
 # README's "GPU benchmarks" says how); without them the benchmark times ssmscan alone.
 set -u
@@ -84,7 +84,9 @@ if has ssd; then
         python3 -m pip install --no-deps -q .whl/fla_core-*.whl > "$OUT/fla_install.log" 2>&1
     fi
     MB=$(ls -d /tmp/mb/mamba_ssm-* 2>/dev/null | head -1)
-    timeout "${T_BENCH:-240}" python3 benchmarks/ssd_scan/bench_gpu.py ${MB:+--mamba-src "$MB"} \
+    # five shapes x two problems, each costing mamba-ssm an autotuning, and the decode table: more
+    # than 240 s on an H100 (2026-12-06)
+    timeout "${T_SSD:-480}" python3 benchmarks/ssd_scan/bench_gpu.py ${MB:+--mamba-src "$MB"} \
         --out "$OUT/ssd_gpu.json" > "$OUT/ssd_gpu.log" 2>&1
     echo "ssd bench rc=$?"; grep -v '^{' "$OUT/ssd_gpu.log" | tail -30
     mkdir -p /tmp/aoti_ssd
