@@ -216,6 +216,38 @@ def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize("L,walk", [(47, False), (48, True)], ids=["2.9-chunks", "3-chunks"])
+def test_triton_interpreter_walks_by_length(L, walk, ssd_inputs, monkeypatch):
+    """Too few programs to walk, so the length decides (``plan.walk_min_chunks``, here 3 chunks
+    of 16): the backward walks from that length on and passes below it, both against float64."""
+    from ssmscan.ops.ssd_scan import triton_walk
+    from ssmscan.ops.ssd_scan.triton_walk import walks
+
+    walked = []
+    launch_dstates = triton_walk.launch_dstates
+
+    def spy(*args, **kwargs):
+        walked.append(True)
+        return launch_dstates(*args, **kwargs)
+
+    monkeypatch.setattr(triton_walk, "launch_dstates", spy)
+
+    kw = ssd_inputs(batch=1, L=L, nheads=2, headdim=4, ngroups=1, dstate=8, seed=L, **FULL)
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, walk_min_programs=1 << 30,
+                               walk_min_chunks=3)  # fmt: skip
+    assert walks(1, 2, 4, L, plan) is walk
+    dout, dfinal = _dout_dfinal(kw, L, True)
+    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal)
+    out, final, grads = _run_launchers(kw, (0.0, INF), dout, dfinal, plan)
+    assert walked == [True] * walk
+    assert_close_to_reference("out", out, r_out, torch.float32)
+    assert_close_to_reference("final_states", final, r_final, torch.float32)
+    for k, g in grads.items():
+        assert_close_to_reference(f"d{k}", g, r_grads[k], torch.float32)
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_interpreter_strided_inputs(ssd_inputs):
     """x, dt, B, C, z and dout as non-contiguous views (a transpose of their storage, a step of
     2 in time): the launchers read them as their values, not their storage."""
