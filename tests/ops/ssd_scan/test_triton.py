@@ -83,6 +83,17 @@ def _run_launchers(kw, dt_limit, dout, dfinal, plan):
     return out, final, dict(zip(names, [dx, ddt, dA, dB, dC, *optional]))
 
 
+def _assert_matches(out, final, grads, reference, dtype):
+    """Output, final state and every gradient against the float64 ``reference`` (``_reference``'s
+    triple) at ``dtype``'s tolerance."""
+    r_out, r_final, r_grads = reference
+    assert_close_to_reference("out", out, r_out, dtype)
+    assert_close_to_reference("final_states", final, r_final, dtype)
+    assert set(grads) == set(r_grads)
+    for k, g in grads.items():
+        assert_close_to_reference(f"d{k}", g, r_grads[k], dtype)
+
+
 def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     """Both kernel families, forward and backward, against float64: walking (the split forward
     for 16-bit inputs, the walking backward; for 16-bit inputs also with its states stored in the
@@ -237,13 +248,9 @@ def test_triton_interpreter_walks_by_length(L, walk, ssd_inputs, monkeypatch):
                                walk_min_chunks=3)  # fmt: skip
     assert walks(1, 2, 4, L, plan) is walk
     dout, dfinal = _dout_dfinal(kw, L, True)
-    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal)
     out, final, grads = _run_launchers(kw, (0.0, INF), dout, dfinal, plan)
     assert walked == [True] * walk
-    assert_close_to_reference("out", out, r_out, torch.float32)
-    assert_close_to_reference("final_states", final, r_final, torch.float32)
-    for k, g in grads.items():
-        assert_close_to_reference(f"d{k}", g, r_grads[k], torch.float32)
+    _assert_matches(out, final, grads, _reference(kw, (0.0, INF), dout, dfinal), torch.float32)
 
 
 @pytest.mark.triton
@@ -324,6 +331,14 @@ def _op(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx):
     )
 
 
+def _check_op_on_gpu(kw, L, dtype):
+    """The op on CUDA copies of ``kw``: output, final state and every gradient against float64
+    (computed on the GPU) at ``dtype``'s tolerance."""
+    dout, dfinal = _dout_dfinal(kw, L, True)
+    out, final, grads = _op_grads(_op, _cuda(kw), dout.cuda(), dfinal.cuda())
+    _assert_matches(out, final, grads, _reference(kw, (0.0, INF), dout, dfinal, "cuda"), dtype)
+
+
 @pytest.mark.gpu
 @_CUDA
 @pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
@@ -332,13 +347,7 @@ def test_gpu_op(L, dt, ssd_inputs):
     """The op on CUDA tensors (the Triton kernels), headdim 64 and dstate 128 (Mamba-2's)."""
     kw = ssd_inputs(batch=2, L=L, nheads=4, headdim=64, ngroups=2, dstate=128,
                     dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
-    dout, dfinal = _dout_dfinal(kw, L, True)
-    out, final, grads = _op_grads(_op, _cuda(kw), dout.cuda(), dfinal.cuda())
-    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
-    assert_close_to_reference("out", out, r_out, DTYPES[dt])
-    assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
-    for k, g in grads.items():
-        assert_close_to_reference(f"d{k}", g, r_grads[k], DTYPES[dt])
+    _check_op_on_gpu(kw, L, DTYPES[dt])
 
 
 @pytest.mark.gpu
@@ -386,13 +395,7 @@ def test_gpu_op_walking(L, dt, ssd_inputs):
                     dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
     on_gpu = _cuda(kw)
     assert walks(2, nheads, 64, L, plan_for(on_gpu["x"], on_gpu["B"]))
-    dout, dfinal = _dout_dfinal(kw, L, True)
-    out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
-    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
-    assert_close_to_reference("out", out, r_out, DTYPES[dt])
-    assert_close_to_reference("final_states", final, r_final, DTYPES[dt])
-    for k, g in grads.items():
-        assert_close_to_reference(f"d{k}", g, r_grads[k], DTYPES[dt])
+    _check_op_on_gpu(kw, L, DTYPES[dt])
 
 
 @pytest.mark.gpu
@@ -409,13 +412,7 @@ def test_gpu_op_one_long_sequence(L, walk, ssd_inputs):
                     dtype=torch.bfloat16, seed=L, **FULL)  # fmt: skip
     on_gpu = _cuda(kw)
     assert walks(1, 4, 16, L, plan_for(on_gpu["x"], on_gpu["B"])) is walk
-    dout, dfinal = _dout_dfinal(kw, L, True)
-    out, final, grads = _op_grads(_op, on_gpu, dout.cuda(), dfinal.cuda())
-    r_out, r_final, r_grads = _reference(kw, (0.0, INF), dout, dfinal, "cuda")
-    assert_close_to_reference("out", out, r_out, torch.bfloat16)
-    assert_close_to_reference("final_states", final, r_final, torch.bfloat16)
-    for k, g in grads.items():
-        assert_close_to_reference(f"d{k}", g, r_grads[k], torch.bfloat16)
+    _check_op_on_gpu(kw, L, torch.bfloat16)
 
 
 @pytest.mark.gpu

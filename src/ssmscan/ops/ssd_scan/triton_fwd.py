@@ -30,8 +30,8 @@ runs in two launches: the states walk of ``triton_walk`` (one program per sequen
 (headdim, dstate) tile walks the chunks in turn with its state on chip and writes the state
 entering each chunk, in x's dtype for 16-bit inputs, else float32) and step 3's output kernel,
 every chunk in parallel. The walk's steps are one small matmul each and independent of one
-another but for the state update, so the chunks' loads overlap; the output kernel's chunks run in parallel. Nothing is passed in place: the states
-cross memory once each way.
+another but for the state update, so the chunks' loads overlap; the output kernel's chunks run
+in parallel. Nothing is passed in place: the states cross memory once each way.
 
 Note [SSD C·Bᵀ once per group]: every head of a group shares B and C, so ``C_c B_cᵀ`` of a
 chunk is the same (CHUNK, CHUNK) product for all of them. Where the plan says so

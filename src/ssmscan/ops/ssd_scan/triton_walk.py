@@ -7,9 +7,8 @@ only batch x heads x state tiles programs. The forward walks at every batch (it 
 launches even at one sequence of 48 heads); the backward walks where batch x heads fill the GPU
 (``plan.walk_min_programs``) or the sequence is long (``plan.walk_min_chunks``: there the three
 launches' two passes, each a loop over every chunk, outlast the walks), and otherwise keeps the
-launches whose chunks run in parallel. A
-walk's steps are independent but for the state update, so its loads overlap; the registers
-bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
+launches whose chunks run in parallel. A walk's steps are independent but for the state update,
+so its loads overlap; the registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
 
 Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
 walk, at the backward's chunk (``plan.chunk``: its other kernels read them per chunk), one
@@ -63,17 +62,10 @@ def walks(batch: int, nheads: int, headdim: int, length: int, plan: SSDPlan) -> 
     if plan.walk_min_programs <= 0:
         return False
     programs = batch * nheads * headdim_blocks(headdim, plan)
-    if _at_least(programs, plan.walk_min_programs):
+    if statically_known_true(programs >= plan.walk_min_programs):
         return True
-    return plan.walk_min_chunks > 0 and _at_least(length, plan.walk_min_chunks * plan.chunk)
-
-
-def _at_least(size: int, need: int) -> bool:
-    """``size >= need`` for an int; for a symbolic size only where every value it stands for
-    is, without a guard."""
-    if isinstance(size, int):
-        return size >= need
-    return statically_known_true(size >= need)
+    long_enough = length >= plan.walk_min_chunks * plan.chunk
+    return plan.walk_min_chunks > 0 and statically_known_true(long_enough)
 
 
 # --- shared by the walks --------------------------------------------------------------------------
