@@ -132,26 +132,35 @@ def _matmul_precision(name):
 
 class _Launchers(torch.autograd.Function):
     """The launchers called directly by a plan (None: the planner's): on CPU tensors under
-    Triton's interpreter (the op's CPU path is the C kernel), and for ``--plans`` variants."""
+    Triton's interpreter (the op's CPU path is the C kernel), and for ``--plans`` variants.
+    They launch as the op's eager body does, with ``wrap_triton`` disabled: enabled, every eager
+    launch goes through its higher-order-op dispatch instead of the launch cache (Note [eager
+    launch cache]), host time the op does not spend."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, z, dt_bias, full, plan):
+        from torch._library.triton import set_wrap_triton_enabled
+
         from ssmscan.ops.ssd_scan import triton_fwd
 
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias)
         ctx.full, ctx.plan = full, plan
-        return triton_fwd.forward(x, dt, A, B, C, D, z, dt_bias, None, None, full, 0.0,
-                                  float("inf"), plan)  # fmt: skip
+        with set_wrap_triton_enabled(False):
+            return triton_fwd.forward(x, dt, A, B, C, D, z, dt_bias, None, None, full, 0.0,
+                                      float("inf"), plan)  # fmt: skip
 
     @staticmethod
     def backward(ctx, dout, dfinal):
+        from torch._library.triton import set_wrap_triton_enabled
+
         from ssmscan.ops.ssd_scan import triton_bwd
 
         x, dt, A, B, C, D, z, dt_bias = ctx.saved_tensors
-        dx, ddt, dA, dB, dC, opt = triton_bwd.backward(
-            dout.contiguous(), dfinal, x, dt, A, B, C, D, z, dt_bias, None, None, ctx.full, 0.0,
-            float("inf"), ctx.plan,
-        )  # fmt: skip
+        with set_wrap_triton_enabled(False):
+            dx, ddt, dA, dB, dC, opt = triton_bwd.backward(
+                dout.contiguous(), dfinal, x, dt, A, B, C, D, z, dt_bias, None, None, ctx.full,
+                0.0, float("inf"), ctx.plan,
+            )  # fmt: skip
         rest = iter(opt)
         return (dx, ddt, dA, dB, dC, *(next(rest) if t is not None else None
                                        for t in (D, z, dt_bias)), None, None)  # fmt: skip
