@@ -136,22 +136,19 @@ def test_plan_is_cached_frozen_and_replaceable():
 
 # (batch, L, nheads, headdim, dstate, facts) -> (walks, the dstates walk's headdim block,
 # dstate block, warps): the backward walks (its states and their gradients, the state on chip)
-# where batch x heads x headdim blocks fill the H200's 132 multiprocessors, or the sequence has
-# 128 chunks of 64 or more, in every dtype; a shorter sequence of few heads keeps the backward's
-# three-launch states and passing, whose chunks run in parallel. Under the interpreter both are
-# tested, the planner walks.
+# at every size and in every dtype, one sequence of few heads included; the three launches'
+# states and passing stay for experiments (``walk_min_programs``), and under the interpreter both
+# are tested.
 WALK_TABLE = [
     ((8, 2048, 80, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-2.7b
     ((16, 2048, 24, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-130m
     ((2, 4096, 128, 64, 128, H200), (True, 64, 64, 4)),  # Codestral-like
-    ((1, 2048, 48, 64, 128, H200), (False, 64, 64, 4)),  # 48 programs, 32 chunks
-    ((1, 8191, 48, 64, 128, H200), (False, 64, 64, 4)),  # 127.98 chunks
-    ((1, 8192, 48, 64, 128, H200), (True, 64, 64, 4)),  # 128 chunks
+    ((1, 2048, 48, 64, 128, H200), (True, 64, 64, 4)),  # 48 programs, 32 chunks
+    ((1, 8191, 48, 64, 128, H200), (True, 64, 64, 4)),
     ((1, 65536, 48, 64, 128, H200), (True, 64, 64, 4)),  # one long sequence
-    ((1, 2048, 132, 64, 128, H200), (True, 64, 64, 4)),
-    ((1, 2048, 131, 64, 128, H200), (False, 64, 64, 4)),
+    ((1, 1, 1, 64, 128, H200), (True, 64, 64, 4)),  # one step of one head
     ((2, 512, 48, 128, 256, H200), (True, 64, 64, 4)),
-    ((4, 2048, 8, 32, 16, H200), (False, 32, 16, 4)),
+    ((4, 2048, 8, 32, 16, H200), (True, 32, 16, 4)),
     ((1, 1, 1, 4, 8, INTERPRETED), (True, 16, 16, 4)),
 ]
 
@@ -189,9 +186,10 @@ def test_dbc_table(shape, expected):
 
 @pytest.mark.parametrize("nheads,expected", [(80, True), (60, False)])
 def test_walks_with_a_symbolic_batch_and_length(nheads, expected):
-    """torch.compile with dynamic sizes: the walk is taken only where every batch the symbol
-    stands for (sizes >= 2) fills the device, or every length is long, decided without a guard
-    on either."""
+    """torch.compile with dynamic sizes, under a rule that walks only where batch x heads fill
+    132 multiprocessors or the sequence has 128 chunks (an experiment's plan; the planner walks
+    at every size): the walk is taken only where every batch the symbol stands for (sizes >= 2)
+    fills the device, or every length is long, decided without a guard on either."""
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -200,7 +198,9 @@ def test_walks_with_a_symbolic_batch_and_length(nheads, expected):
     env = ShapeEnv()
     batch = env.create_symintnode(env.create_symbol(4, ConstantSource("batch")), hint=4)
     length = env.create_symintnode(env.create_symbol(9000, ConstantSource("L")), hint=9000)
-    plan = plan_ssd(nheads, 64, 1, 128, BF16, H200)
+    planned = plan_ssd(nheads, 64, 1, 128, BF16, H200)
+    assert walks(batch, nheads, 64, length, planned)  # the planner's: always, without a guard
+    plan = dataclasses.replace(planned, walk_min_programs=132, walk_min_chunks=128)
     assert walks(batch, nheads, 64, 2048, plan) is expected  # 2 x 80 >= 132 > 2 x 60
     assert walks(4, nheads, 64, 2048, plan)  # a concrete batch of 4 fills it either way
     assert walks(batch, nheads, 64, length, plan) is expected  # L >= 2 only: not long

@@ -245,22 +245,16 @@ def _plan_ssd(
         stages=2,
         f32_dot=True,
         emulate=not facts.compiled,
-        # the backward walks where its programs fill every multiprocessor. Walking at fewer
-        # measured faster in five of six shapes (H100, bf16, backward ms planned -> walking:
-        # (1, 65536, 48, ...) 40.1 -> 22.7, (1, 8192, 48) 5.09 -> 2.88, (4, 2048, 24) 2.58 ->
-        # 1.90, (1, 2048, 24) 2.57 -> 2.18) but slower at (1, 2048, 80): 2.33 -> 3.39; not
-        # changed until that is understood. float32 walks by the same rule: its 3xTF32
-        # operands spill in every walking tile tried (0.15-10 KB a thread, sm_90, chunk 16-64,
-        # headdim blocks 16-64, 4-16 warps), yet forward+backward took 20.99 ms walking against
-        # 25.96 at mamba2-2.7b's size (H100)
-        walk_min_programs=facts.sm_count if facts.compiled else 1,
-        # and at any number of programs from 128 chunks on: the three launches' two passes loop
-        # over every chunk (13.8 + 7.0 of 38.6 ms GPU time at (1, 65536, 48, 64, 1, 128)).
-        # forward+backward (H100, bf16) planned -> walking: (1, 65536, 48) 37.5 -> 18.4 ms,
-        # (1, 16384, 80) 13.1 -> 6.6, (1, 8192, 48) 4.75 -> 3.66 (walking through the
-        # benchmark's autograd function, with its host time); (1, 2048, 80), 32 chunks, walked
-        # slower (above)
-        walk_min_chunks=128,
+        # the backward walks at every size: backward ms walking against the three launches
+        # (H100, bf16, launched directly, 2026-12-06): (1, 2048, 80, 64, 1, 128) 0.86 / 1.67,
+        # (1, 4096, 48) 1.13 / 2.28, (2, 4096, 48) 1.71 / 3.50, (1, 8192, 48) 2.10 / 4.43,
+        # (1, 65536, 48) 16.5 / 35.9. The three launches' passes loop over every chunk at
+        # about 13 and 7 us a chunk step; the rule this replaces (walk only where batch x heads
+        # fill the GPU or from 128 chunks) rested on timings with about 1 ms of host time in
+        # them. float32 too: its 3xTF32 operands spill in every walking tile tried (0.15-10 KB
+        # a thread, sm_90, chunk 16-64, headdim blocks 16-64, 4-16 warps), yet forward+backward
+        # took 20.99 ms walking against 25.96 at mamba2-2.7b's size (H100)
+        walk_min_programs=1,
         # the dstates walk: (64, 64) tiles at 4 warps, 2 stages (245-255 registers, no spills,
         # sm_90): the backward 6.5% faster at mamba2-2.7b's and -130m's sizes (H100, bf16)
         # than the whole state row at 8 warps and one stage (1.52 / 0.93 ms a walk); 8 warps

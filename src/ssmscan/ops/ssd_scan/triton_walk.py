@@ -3,11 +3,11 @@ chunks in turn with its state on chip: the chunk states (the split forward's fir
 [SSD Triton split forward] in ``triton_fwd``, and the backward's) and their gradients.
 
 The walks trade parallelism for traffic: the chunks of a sequence run in turn, so a launch has
-only batch x heads x state tiles programs. The forward walks at every batch (it beat the three
-launches even at one sequence of 48 heads); the backward walks where batch x heads fill the GPU
-(``plan.walk_min_programs``) or the sequence is long (``plan.walk_min_chunks``: there the three
-launches' two passes, each a loop over every chunk, outlast the walks), and otherwise keeps the
-launches whose chunks run in parallel. A walk's steps are independent but for the state update,
+only batch x heads x state tiles programs. The planner walks forward and backward at every size:
+the three launches, whose chunk-state kernels run every chunk in parallel, lost even at one
+sequence of 48 heads, since their passes loop over every chunk too (``plan.py`` has the
+timings). ``plan.walk_min_programs`` and ``plan.walk_min_chunks`` let an experiment take the
+backward's three launches where batch x heads or the length fall short. A walk's steps are independent but for the state update,
 so its loads overlap; the registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
 
 Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
