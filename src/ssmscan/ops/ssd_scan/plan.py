@@ -246,15 +246,16 @@ def _plan_ssd(
         f32_dot=True,
         emulate=not facts.compiled,
         # the backward walks at every size: backward ms walking against the three launches
-        # (H100, bf16, launched directly, 2026-12-06): (1, 2048, 80, 64, 1, 128) 0.86 / 1.67,
-        # (1, 4096, 48) 1.13 / 2.28, (2, 4096, 48) 1.71 / 3.50, (1, 8192, 48) 2.10 / 4.43,
-        # (1, 65536, 48) 16.5 / 35.9. The three launches' passes loop over every chunk at
-        # about 13 and 7 us a chunk step; the rule this replaces (walk only where batch x heads
-        # fill the GPU or from 128 chunks) rested on a variant timing with about 1 ms of host
-        # time in it and an older direct one not reproduced (benchmarks/RESULTS.md). float32
-        # too (not timed at few programs): its 3xTF32 operands spill in every walking tile tried
-        # (0.15-10 KB a thread, sm_90, chunk 16-64, headdim blocks 16-64, 4-16 warps), yet
-        # forward+backward took 20.99 ms walking against 25.96 at mamba2-2.7b's size (H100)
+        # (H100, bf16, launched directly, 2026-12-06, a dx / dt variant since deleted):
+        # (1, 2048, 80, 64, 1, 128) 0.86 / 1.67, (1, 4096, 48) 1.13 / 2.28, (2, 4096, 48)
+        # 1.71 / 3.50, (1, 8192, 48) 2.10 / 4.43, (1, 65536, 48) 16.5 / 35.9. The three
+        # launches' passes loop over every chunk at about 13 and 7 us a chunk step; the rule
+        # this replaces (walk only where batch x heads fill the GPU or from 128 chunks) rested
+        # on a variant timing with about 1 ms of host time in it and an older direct one not
+        # reproduced (benchmarks/RESULTS.md). float32 too (not timed at few programs): its
+        # 3xTF32 operands spill in every walking tile tried (0.15-10 KB a thread, sm_90, chunk
+        # 16-64, headdim blocks 16-64, 4-16 warps), yet forward+backward took 20.99 ms walking
+        # against 25.96 at mamba2-2.7b's size (H100)
         walk_min_programs=1,
         # the dstates walk: (64, 64) tiles at 4 warps, 2 stages (245-255 registers, no spills,
         # sm_90): the backward 6.5% faster at mamba2-2.7b's and -130m's sizes (H100, bf16)
