@@ -53,6 +53,7 @@ import sys
 import types
 
 import torch
+from torch._library.triton import set_wrap_triton_enabled
 
 from ssmscan.ops.ssd_scan import op as _op  # noqa: F401  (registers the ops)
 from ssmscan.ops.ssd_scan.reference import ssd_scan_chunked_reference
@@ -139,8 +140,6 @@ class _Launchers(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, z, dt_bias, full, plan):
-        from torch._library.triton import set_wrap_triton_enabled
-
         from ssmscan.ops.ssd_scan import triton_fwd
 
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias)
@@ -151,8 +150,6 @@ class _Launchers(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dfinal):
-        from torch._library.triton import set_wrap_triton_enabled
-
         from ssmscan.ops.ssd_scan import triton_bwd
 
         x, dt, A, B, C, D, z, dt_bias = ctx.saved_tensors

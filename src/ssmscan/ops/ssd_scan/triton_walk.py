@@ -7,8 +7,8 @@ only batch x heads x state tiles programs. The planner walks forward and backwar
 the three launches, whose chunk-state kernels run every chunk in parallel, lost even at one
 sequence of 48 heads, since their passes loop over every chunk too (``plan.py`` has the
 timings). ``plan.walk_min_programs`` and ``plan.walk_min_chunks`` let an experiment take the
-backward's three launches where batch x heads or the length fall short. A walk's steps are independent but for the state update,
-so its loads overlap; the registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
+backward's three launches where batch x heads or the length fall short. A walk's steps are
+independent but for the state update, so its loads overlap; the registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
 
 Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
 walk, at the backward's chunk (``plan.chunk``: its other kernels read them per chunk), one
