@@ -104,12 +104,13 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     if plan is not None:
         # the dB / dC kernel: two heads a program (partial sums over a group's splits) with the
         # walks, all of a group's heads with the three launches; C Bᵀ (once per group or once
-        # per head) and the dx / dt and dB / dC kernels' operand dtypes with the walks the other
-        # way than planned
+        # per head), the dx / dt and dB / dC kernels' operand dtypes and where da's decay-matrix
+        # term is formed with the walks the other way than planned
         plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, dbc_heads=2,
                                                 cb_once=not plan.cb_once,
                                                 dbc_f32_dot=not plan.dbc_f32_dot,
-                                                dx_f32_dot=not plan.dx_f32_dot),
+                                                dx_f32_dot=not plan.dx_f32_dot,
+                                                da_in_dbc=not plan.da_in_dbc),
                  "three-launch": dataclasses.replace(plan, walk_min_programs=0, split=False,
                                                      dbc_heads=1 << 30)}  # fmt: skip
         if dtype != torch.float32:  # the walking backward's states the other way than planned
