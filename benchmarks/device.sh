@@ -108,7 +108,7 @@ if has sweep; then
     # shellcheck disable=SC2086
     timeout "${T_SWEEP:-300}" python3 benchmarks/ssd_scan/bench_gpu.py --parts scan --problems full \
         --anchors --dtype fp32 --shapes 8,2048,80,64,1,128 \
-        --plans ${SWEEP_PLANS_FP32:-split=split:true split-tf32=split:true p16=block_p:16,dbc_block_p:16 p16s1=block_p:16,dbc_block_p:16,stages:1} \
+        --plans ${SWEEP_PLANS_FP32:-p16=block_p:16,dbc_block_p:16 p16s1=block_p:16,dbc_block_p:16,stages:1} \
         --out "$OUT/sweep_fp32.json" > "$OUT/sweep_fp32.log" 2>&1
     echo "sweep fp32 rc=$?"; grep -v '^{' "$OUT/sweep_fp32.log" | tail -8
 fi

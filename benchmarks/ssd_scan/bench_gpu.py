@@ -114,7 +114,7 @@ def ours(kw, full):
 
 def _tf32(name):
     """Whether a variant of ours allows TF32: "ssmscan-tf32", and ``--plans`` names ending so
-    ("ssmscan[split-tf32]")."""
+    ("ssmscan[p16-tf32]")."""
     return name.startswith("ssmscan") and name.rstrip("]").endswith("-tf32")
 
 

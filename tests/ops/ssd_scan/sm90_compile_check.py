@@ -88,32 +88,15 @@ def main() -> None:
         for f32_dot in (False, True):
             common = dict(CHUNK=plan.chunk, BLOCK_P=plan.block_p, PRECISION=prec, F32_DOT=f32_dot,
                           EMULATE=False)  # fmt: skip
-            for end, flags in ((True, True), (True, False), (False, True), (False, False)):
-                vals = dict(v=f"*{t}", z=f"*{t}" if flags else None, dt=f"*{t}",
-                            dt_bias="*fp32" if flags else None, A="*fp32", u=f"*{t}",
-                            seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
-                            states="*fp32", **sizes, END=end, WRITE_DT=end, SOFTPLUS=flags,
-                            HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags, HAS_Z=flags,
-                            HAS_SEG=flags, **dict(common, BLOCK_P=plan.state_block_p,
-                            BLOCK_N=plan.state_block_n))  # fmt: skip
-                _check(f"state {t} f32_dot={f32_dot} end={end} flags={flags}",
-                       triton_fwd._ssd_scan_fwd_state_kernel, vals, plan.warps_state)  # fmt: skip
             vals = dict(B=f"*{t}", C=f"*{t}", cb="*fp32", L=sizes["L"], G=sizes["G"],
                         N=sizes["N"], NC=sizes["NC"], CHUNK=plan.chunk,
-                        BLOCK_N=min(plan.state_block_n, 64), PRECISION=prec, F32_DOT=f32_dot,
+                        BLOCK_N=64, PRECISION=prec, F32_DOT=f32_dot,
                         EMULATE=False)  # fmt: skip
             _check(f"cb {t} f32_dot={f32_dot}", triton_fwd._ssd_scan_cb_kernel, vals, 4)
             for flags in (True, False):
-                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
-                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
-                            dtp="*fp32", cs="*fp32", states="*fp32", out=f"*{t}", **sizes,
-                            HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
-                            **dict(common, BLOCK_P=plan.out_block_p, BLOCK_N=plan.block_n))  # fmt: skip
-                _check(f"out {t} f32_dot={f32_dot} flags={flags}",
-                       triton_fwd._ssd_scan_fwd_out_kernel, vals, plan.warps_out, plan.stages)  # fmt: skip
                 # the backward's states: float32, or x's dtype by plan.bwd_states_16
                 bst = t if plan.bwd_states_16 and t != "fp32" else "fp32"
-                if plan.walk_min_programs > 0 and not flags:  # the backward's, once a dtype
+                if not flags:  # the backward's walks, once a dtype
                     dstates_tiles = dict(CHUNK=plan.chunk, BLOCK_P=plan.walk_block_p,
                                          BLOCK_N=plan.walk_block_n)  # fmt: skip
                     for all_flags in (True, False):
@@ -169,42 +152,30 @@ def main() -> None:
                                        BLOCK_N=plan.dbc_block_n))  # fmt: skip
                     _check(f"dbc {t} f32_dot={f32_dot} flags={flags} da={has_da}",
                            triton_bwd._ssd_scan_bwd_dbc_kernel, vals, plan.warps_dbc, plan.stages)  # fmt: skip
-        if plan.split:  # the split forward: its states walk and output kernel at its tiles
-            st = t if plan.split_states_16 else "fp32"
-            for flags in (True, False):
-                vals = dict(x=f"*{t}", dt=f"*{t}", dt_bias="*fp32" if flags else None, A="*fp32",
-                            B=f"*{t}", seg="*i64" if flags else None,
-                            init="*fp32" if flags else None, dtp="*fp32", cs="*fp32",
-                            states=f"*{st}", final="*fp32", **sizes, SOFTPLUS=flags,
-                            HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags, HAS_SEG=flags,
-                            HAS_INIT=flags, CHUNK=plan.split_chunk,
-                            BLOCK_P=plan.states_walk_block_p,
-                            BLOCK_N=plan.states_walk_block_n, PRECISION=prec,
-                            F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip
-                _check(f"split states walk {t} flags={flags}",
-                       triton_walk._ssd_scan_states_walk_kernel, vals, plan.warps_states_walk,
-                       plan.states_walk_stages)  # fmt: skip
-                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
-                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
-                            dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,
-                            HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
-                            CHUNK=plan.split_chunk, BLOCK_P=plan.split_out_block_p,
-                            BLOCK_N=plan.split_out_block_n, PRECISION=prec,
-                            F32_DOT=plan.split_f32_dot, EMULATE=False)  # fmt: skip
-                _check(f"split out {t} flags={flags}", triton_fwd._ssd_scan_fwd_out_kernel, vals,
-                       plan.warps_split_out, plan.split_out_stages)  # fmt: skip
+        # the forward: its states walk and output kernel at their tiles
+        st = t if plan.fwd_states_16 else "fp32"
         for flags in (True, False):
-            vals = dict(states="*fp32", init="*fp32" if flags else None, final="*fp32",
-                        cs="*fp32", seg="*i64" if flags else None, **sizes, HAS_INIT=flags,
-                        HAS_SEG=flags, CHUNK=plan.chunk, BLOCK=plan.pass_block)  # fmt: skip
-            _check(f"pass {t} flags={flags}", triton_fwd._ssd_scan_fwd_pass_kernel, vals,
-                   plan.warps_pass)  # fmt: skip
-            vals = dict(dstates="*fp32", states="*fp32", dfinal="*fp32" if flags else None,
-                        dinit=f"*{t}" if flags else None, dk="*fp32", cs="*fp32",
-                        seg="*i64" if flags else None, **sizes, HAS_DFINAL=flags, HAS_INIT=flags,
-                        HAS_SEG=flags, CHUNK=plan.chunk, BLOCK=plan.pass_block)  # fmt: skip
-            _check(f"bwd pass {t} flags={flags}", triton_bwd._ssd_scan_bwd_pass_kernel, vals,
-                   plan.warps_pass)  # fmt: skip
+            vals = dict(x=f"*{t}", dt=f"*{t}", dt_bias="*fp32" if flags else None, A="*fp32",
+                        B=f"*{t}", seg="*i64" if flags else None,
+                        init="*fp32" if flags else None, dtp="*fp32", cs="*fp32",
+                        states=f"*{st}", final="*fp32", **sizes, SOFTPLUS=flags,
+                        HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags, HAS_SEG=flags,
+                        HAS_INIT=flags, CHUNK=plan.fwd_chunk,
+                        BLOCK_P=plan.states_walk_block_p,
+                        BLOCK_N=plan.states_walk_block_n, PRECISION=prec,
+                        F32_DOT=plan.fwd_f32_dot, EMULATE=False)  # fmt: skip
+            _check(f"forward states walk {t} flags={flags}",
+                   triton_walk._ssd_scan_states_walk_kernel, vals, plan.warps_states_walk,
+                   plan.states_walk_stages)  # fmt: skip
+            vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
+                        B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
+                        dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,
+                        HAS_D=flags, D_PER_HEAD=flags, HAS_Z=flags, HAS_SEG=flags,
+                        CHUNK=plan.fwd_chunk, BLOCK_P=plan.out_block_p,
+                        BLOCK_N=plan.out_block_n, PRECISION=prec,
+                        F32_DOT=plan.fwd_f32_dot, EMULATE=False)  # fmt: skip
+            _check(f"forward out {t} flags={flags}", triton_fwd._ssd_scan_fwd_out_kernel, vals,
+                   plan.warps_out, plan.out_stages)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -95,27 +95,25 @@ def _assert_matches(out, final, grads, reference, dtype):
 
 
 def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
-    """Both kernel families, forward and backward, against float64: walking (the split forward
-    for 16-bit inputs, the walking backward; for 16-bit inputs also with its states stored in the
-    other dtype than planned) and three-launch; then the split forward alone."""
+    """Forward and backward against float64 by ``plan`` and by its other settings (for 16-bit
+    inputs also with the backward's states stored in the other dtype than planned); then the
+    forward at small state tiles."""
     dout, dfinal = _dout_dfinal(kw, seed, dfinal_given)
     r_out, r_final, r_grads = _reference(kw, dt_limit, dout, dfinal)
-    plans = {"walking": plan, "three-launch": plan}
+    plans = {"planned": plan}
     if plan is not None:
-        # the dB / dC kernel: two heads a program (partial sums over a group's splits) with the
-        # walks, all of a group's heads with the three launches; C Bᵀ (once per group or once
-        # per head), the dx / dt and dB / dC kernels' operand dtypes and where da's decay-matrix
-        # term is formed with the walks the other way than planned
-        plans = {"walking": dataclasses.replace(plan, walk_min_programs=1, dbc_heads=2,
-                                                cb_once=not plan.cb_once,
-                                                dbc_f32_dot=not plan.dbc_f32_dot,
-                                                dx_f32_dot=not plan.dx_f32_dot,
-                                                da_in_dbc=not plan.da_in_dbc),
-                 "three-launch": dataclasses.replace(plan, walk_min_programs=0, split=False,
-                                                     dbc_heads=1 << 30)}  # fmt: skip
-        if dtype != torch.float32:  # the walking backward's states the other way than planned
-            plans["walking, other states"] = dataclasses.replace(
-                plans["walking"], bwd_states_16=not plan.bwd_states_16
+        # the forward at the backward's chunk; the dB / dC kernel two heads a program (partial
+        # sums over a group's splits); C Bᵀ (once per group or once per head), the dx / dt and
+        # dB / dC kernels' operand dtypes and where da's decay-matrix term is formed the other
+        # way than planned
+        plans["other settings"] = dataclasses.replace(
+            plan, fwd_chunk=plan.chunk, dbc_heads=2, cb_once=not plan.cb_once,
+            dbc_f32_dot=not plan.dbc_f32_dot, dx_f32_dot=not plan.dx_f32_dot,
+            da_in_dbc=not plan.da_in_dbc,
+        )  # fmt: skip
+        if dtype != torch.float32:  # the backward's states the other way than planned
+            plans["other states"] = dataclasses.replace(
+                plans["other settings"], bwd_states_16=not plan.bwd_states_16
             )
     for family, p in plans.items():
         out, final, grads = _run_launchers(kw, dt_limit, dout, dfinal, p)
@@ -126,28 +124,25 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
         for k, g in grads.items():
             assert g.dtype == kw[k].dtype and g.shape == kw[k].shape, k
             assert_close_to_reference(f"d{k} ({family})", g, r_grads[k], dtype)
-        if plan is None:  # float64: the CPU kernel, one family
-            break
     if plan is not None:
-        _check_split_forward(kw, dt_limit, plan, dtype, r_out, r_final)
+        _check_forward_tiles(kw, dt_limit, plan, dtype, r_out, r_final)
 
 
-def _check_split_forward(kw, dt_limit, plan, dtype, r_out, r_final):
-    """The split forward (the states walk, then the chunk-parallel output kernel; operands in
-    x's dtype and states stored in it for 16-bit inputs) at the plan's chunk, in 16 x 16 state
+def _check_forward_tiles(kw, dt_limit, plan, dtype, r_out, r_final):
+    """The forward (the states walk, then the chunk-parallel output kernel; operands in x's
+    dtype and states stored in it for 16-bit inputs) at the backward's chunk, in 16 x 16 state
     tiles (several of them wherever headdim or dstate exceeds 16)."""
     from ssmscan.ops.ssd_scan import triton_fwd
 
-    p = dataclasses.replace(plan, walk_min_programs=1, split=True, split_chunk=plan.chunk,
-                            states_walk_block_p=16, states_walk_block_n=16, split_out_block_p=16,
-                            split_out_block_n=16)  # fmt: skip
+    p = dataclasses.replace(plan, fwd_chunk=plan.chunk, states_walk_block_p=16,
+                            states_walk_block_n=16, out_block_p=16, out_block_n=16)  # fmt: skip
     args = [kw.get(k) for k in ARGS]
     out, final = empty_forward_outputs(kw["x"], kw["B"])
     _poison([out, final])
     triton_fwd.launch(*args, kw["dt_softplus"], float(dt_limit[0]), float(dt_limit[1]), out,
                       final, plan=p)  # fmt: skip
-    assert_close_to_reference("out (split)", out, r_out, dtype)
-    assert_close_to_reference("final_states (split)", final, r_final, dtype)
+    assert_close_to_reference("out (forward tiles)", out, r_out, dtype)
+    assert_close_to_reference("final_states (forward tiles)", final, r_final, dtype)
 
 
 # (L, ngroups, options, dt_limit, dfinal given, chunk: None = the planner's (64))
@@ -219,39 +214,11 @@ def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
     heads a group; with one sequence every chunk's carry enters the gradients."""
     kw = ssd_inputs(batch=1, L=21, nheads=3, headdim=24, ngroups=1, dstate=40, seed=3,
                     **dict(FULL, seq_idx=seq_idx))  # fmt: skip
-    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, state_block_p=16,
-                               state_block_n=16, out_block_p=16, block_p=16, block_n=16,
-                               pass_block=256, walk_block_p=16, walk_block_n=16,
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, fwd_chunk=16,
+                               out_block_p=16, out_block_n=16, block_p=16, block_n=16,
+                               walk_block_p=16, walk_block_n=16,
                                states_walk_block_p=16, states_walk_block_n=16)  # fmt: skip
     _check(kw, (0.0, INF), True, plan, torch.float32, 21)
-
-
-@pytest.mark.triton
-@_INTERP
-@pytest.mark.parametrize("L,walk", [(47, False), (48, True)], ids=["2.9-chunks", "3-chunks"])
-def test_triton_interpreter_walks_by_length(L, walk, ssd_inputs, monkeypatch):
-    """Too few programs to walk, so the length decides (``plan.walk_min_chunks``, here 3 chunks
-    of 16): the backward walks from that length on and passes below it, both against float64."""
-    from ssmscan.ops.ssd_scan import triton_walk
-    from ssmscan.ops.ssd_scan.triton_walk import walks
-
-    walked = []
-    launch_dstates = triton_walk.launch_dstates
-
-    def spy(*args, **kwargs):
-        walked.append(True)
-        return launch_dstates(*args, **kwargs)
-
-    monkeypatch.setattr(triton_walk, "launch_dstates", spy)
-
-    kw = ssd_inputs(batch=1, L=L, nheads=2, headdim=4, ngroups=1, dstate=8, seed=L, **FULL)
-    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, walk_min_programs=1 << 30,
-                               walk_min_chunks=3)  # fmt: skip
-    assert walks(1, 2, 4, L, plan) is walk
-    dout, dfinal = _dout_dfinal(kw, L, True)
-    out, final, grads = _run_launchers(kw, (0.0, INF), dout, dfinal, plan)
-    assert walked == [True] * walk
-    _assert_matches(out, final, grads, _reference(kw, (0.0, INF), dout, dfinal), torch.float32)
 
 
 @pytest.mark.triton
@@ -385,32 +352,23 @@ def test_gpu_op_float32_tf32(L, ssd_inputs):
 @pytest.mark.parametrize("dt", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("L", [63, 1000])
 def test_gpu_op_walking(L, dt, ssd_inputs):
-    """Enough heads to fill the device: the planner's walks (the split forward, Note [SSD
-    Triton split forward]; the walking backward) with every option, against float64, in every
-    dtype."""
+    """Enough heads to fill the device, with every option, against float64, in every dtype."""
     from ssmscan.ops.common.device import device_facts
-    from ssmscan.ops.ssd_scan.triton_walk import walks
 
     nheads = 2 * -(-device_facts(torch.device("cuda")).sm_count // 4)  # 2 x nheads fill it
     kw = ssd_inputs(batch=2, L=L, nheads=nheads, headdim=64, ngroups=2, dstate=128,
                     dtype=DTYPES[dt], seed=L, **FULL)  # fmt: skip
-    on_gpu = _cuda(kw)
-    assert walks(2, nheads, 64, L, plan_for(on_gpu["x"], on_gpu["B"]))
     _check_op_on_gpu(kw, L, DTYPES[dt])
 
 
 @pytest.mark.gpu
 @_CUDA
-@pytest.mark.parametrize("L", [8191, 8200], ids=["127.98-chunks", "128.1-chunks"])
+@pytest.mark.parametrize("L", [8191, 8200])
 def test_gpu_op_one_long_sequence(L, ssd_inputs):
     """One long sequence of few heads (few programs for the walks), with every option, against
     float64."""
-    from ssmscan.ops.ssd_scan.triton_walk import walks
-
     kw = ssd_inputs(batch=1, L=L, nheads=4, headdim=16, ngroups=2, dstate=32,
                     dtype=torch.bfloat16, seed=L, **FULL)  # fmt: skip
-    on_gpu = _cuda(kw)
-    assert walks(1, 4, 16, L, plan_for(on_gpu["x"], on_gpu["B"]))
     _check_op_on_gpu(kw, L, torch.bfloat16)
 
 
@@ -441,8 +399,7 @@ def test_gpu_compile_fullgraph(dynamic, ssd_inputs):
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("walk", [False, True], ids=["three-launch", "split"])
-def test_forward_host_code_adds_no_guard_on_length(walk, monkeypatch, ssd_inputs):
+def test_forward_host_code_adds_no_guard_on_length(monkeypatch, ssd_inputs):
     """The forward's host code as torch.export traces it (a triton_op's body on fake tensors,
     each launch's arguments prepared as a traced launch prepares them; the kernels themselves
     are not traced on the CPU) leaves L free over [1, 65536]: a per-chunk buffer with a
@@ -455,13 +412,13 @@ def test_forward_host_code_adds_no_guard_on_length(walk, monkeypatch, ssd_inputs
         self.traced_args(args, kwargs, triton_launch._first_tensor(args, kwargs))
 
     monkeypatch.setattr(triton_launch._Launcher, "_launch", prepare_only)
-    name = f"ssmscan_test::ssd_forward_host_{'walk' if walk else 'three'}"
+    name = "ssmscan_test::ssd_forward_host"
 
     @torch.library.triton_op(name, mutates_args=())
     def forward(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
                 C: torch.Tensor, D: torch.Tensor, z: torch.Tensor,
                 dt_bias: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        plan = dataclasses.replace(plan_for(x, B), split=walk)
+        plan = plan_for(x, B)
         out, final = empty_forward_outputs(x, B)
         triton_fwd.launch(x, dt, A, B, C, D, z, dt_bias, None, None, True, 0.0, INF, out, final,
                           plan=plan)  # fmt: skip

@@ -16,61 +16,27 @@ from ssmscan.ops.ssd_scan.plan import H200, INTERPRETED, plan_ssd
 
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
 
-# (nheads, headdim, ngroups, dstate, dtype, facts) -> (chunk, state tile, out block, loop
-# blocks (headdim, dstate), pass block, precision, warps of the state / out / pass / dx / dbc
-# kernels, emulated). 16-bit inputs pass in blocks of 512 (they pass only where too few
-# programs walk) and run dx / dt and dB / dC at 4 warps, dx / dt with a dstate step of 64;
-# float32 in 1024, at 8 warps and a step of 32 (all measured).
+# (nheads, headdim, ngroups, dstate, dtype, facts) -> (the backward's chunk, the dx / dt
+# kernel's loop steps (headdim, dstate), precision, warps of the dx / dt and dB / dC kernels,
+# emulated). 16-bit inputs run dx / dt and dB / dC at 4 warps, dx / dt with a dstate step of
+# 64; float32 at 8 warps and a step of 32 (all measured).
 TABLE = [
-    # mamba2-130m / 2.7b / Codestral-like heads: Q 64, (64, 128) chunk-state tiles
-    (
-        (24, 64, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
-    ),
-    (
-        (80, 64, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
-    ),
-    (
-        (128, 64, 8, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
-    ),
-    (
-        (48, 64, 1, 128, FP16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
-    ),
+    # mamba2-130m / 2.7b / Codestral-like heads: Q 64
+    ((24, 64, 1, 128, BF16, H200), (64, (32, 64), "tf32", (4, 4), False)),
+    ((80, 64, 1, 128, BF16, H200), (64, (32, 64), "tf32", (4, 4), False)),
+    ((128, 64, 8, 128, BF16, H200), (64, (32, 64), "tf32", (4, 4), False)),
+    ((48, 64, 1, 128, FP16, H200), (64, (32, 64), "tf32", (4, 4), False)),
     # float32: 3xTF32 on the tensor cores (plain TF32 misses the float32 tolerance)
-    (
-        (24, 64, 1, 128, FP32, H200),
-        (64, (64, 128), 64, (32, 32), 1024, "tf32x3", (8, 8, 4, 8, 8), False),
-    ),
-    # wide heads and states: blocks of 64 headdim, 128 dstate, looped
-    (
-        (16, 128, 1, 128, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
-    ),
-    (
-        (32, 256, 1, 256, BF16, H200),
-        (64, (64, 128), 64, (32, 64), 512, "tf32", (8, 8, 4, 4, 4), False),
-    ),
-    # narrow: blocks shrink to the padded sizes (at least 16, tl.dot's minimum), 4 warps
-    (
-        (48, 32, 1, 32, BF16, H200),
-        (64, (32, 32), 32, (32, 32), 512, "tf32", (4, 4, 4, 4, 4), False),
-    ),
-    (
-        (24, 64, 1, 16, FP32, H200),
-        (64, (64, 16), 64, (32, 16), 1024, "tf32x3", (4, 8, 4, 8, 8), False),
-    ),
+    ((24, 64, 1, 128, FP32, H200), (64, (32, 32), "tf32x3", (8, 8), False)),
+    # wide heads and states: looped in steps of 32 headdim, 64 dstate
+    ((16, 128, 1, 128, BF16, H200), (64, (32, 64), "tf32", (4, 4), False)),
+    ((32, 256, 1, 256, BF16, H200), (64, (32, 64), "tf32", (4, 4), False)),
+    # narrow: steps shrink to the padded sizes (at least 16, tl.dot's minimum), 4 warps
+    ((48, 32, 1, 32, BF16, H200), (64, (32, 32), "tf32", (4, 4), False)),
+    ((24, 64, 1, 16, FP32, H200), (64, (32, 16), "tf32x3", (8, 8), False)),
     # the interpreter: IEEE float32; the tensor cores' rounding emulated
-    (
-        (4, 4, 2, 8, FP32, INTERPRETED),
-        (64, (16, 16), 16, (16, 16), 32, "ieee", (4, 4, 4, 4, 4), True),
-    ),
-    (
-        (4, 4, 2, 8, BF16, INTERPRETED),
-        (64, (16, 16), 16, (16, 16), 32, "tf32", (4, 4, 4, 4, 4), True),
-    ),
+    ((4, 4, 2, 8, FP32, INTERPRETED), (64, (16, 16), "ieee", (4, 4), True)),
+    ((4, 4, 2, 8, BF16, INTERPRETED), (64, (16, 16), "tf32", (4, 4), True)),
 ]
 
 
@@ -82,9 +48,7 @@ def _id(row):
 @pytest.mark.parametrize("shape,expected", TABLE, ids=[_id(r) for r in TABLE])
 def test_plan_table(shape, expected):
     p = plan_ssd(*shape)
-    got = (p.chunk, (p.state_block_p, p.state_block_n), p.out_block_p, (p.block_p, p.block_n),
-           p.pass_block, p.precision,
-           (p.warps_state, p.warps_out, p.warps_pass, p.warps_dx, p.warps_dbc), p.emulate)  # fmt: skip
+    got = (p.chunk, (p.block_p, p.block_n), p.precision, (p.warps_dx, p.warps_dbc), p.emulate)
     assert got == expected
 
 
@@ -134,35 +98,24 @@ def test_plan_is_cached_frozen_and_replaceable():
     assert q.chunk == 32 and plan_ssd(24, 64, 1, 128, BF16, H200).chunk == 64
 
 
-# (batch, L, nheads, headdim, dstate, facts) -> (walks, the dstates walk's headdim block,
-# dstate block, warps): the backward walks (its states and their gradients, the state on chip)
-# at every size and in every dtype, one sequence of few heads included; the three launches'
-# states and passing stay for experiments (``walk_min_programs``), and under the interpreter both
-# are tested.
+# (nheads, headdim, dstate, facts) -> the dstates walk's (headdim block, dstate block, warps):
+# the same in every dtype (its state's gradient float32 on chip); the walks run at every size
+# (Note [SSD Triton walking backward])
 WALK_TABLE = [
-    ((8, 2048, 80, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-2.7b
-    ((16, 2048, 24, 64, 128, H200), (True, 64, 64, 4)),  # mamba2-130m
-    ((2, 4096, 128, 64, 128, H200), (True, 64, 64, 4)),  # Codestral-like
-    ((1, 2048, 48, 64, 128, H200), (True, 64, 64, 4)),  # 48 programs, 32 chunks
-    ((1, 8191, 48, 64, 128, H200), (True, 64, 64, 4)),
-    ((1, 65536, 48, 64, 128, H200), (True, 64, 64, 4)),  # one long sequence
-    ((1, 1, 1, 64, 128, H200), (True, 64, 64, 4)),  # one step of one head
-    ((2, 512, 48, 128, 256, H200), (True, 64, 64, 4)),
-    ((4, 2048, 8, 32, 16, H200), (True, 32, 16, 4)),
-    ((1, 1, 1, 4, 8, INTERPRETED), (True, 16, 16, 4)),
+    ((80, 64, 128, H200), (64, 64, 4)),  # mamba2-2.7b
+    ((24, 64, 128, H200), (64, 64, 4)),  # mamba2-130m
+    ((48, 128, 256, H200), (64, 64, 4)),
+    ((8, 32, 16, H200), (32, 16, 4)),
+    ((1, 4, 8, INTERPRETED), (16, 16, 4)),
 ]
 
 
-@pytest.mark.parametrize("shape,expected", WALK_TABLE, ids=[str(r[0][:5]) for r in WALK_TABLE])
+@pytest.mark.parametrize("shape,expected", WALK_TABLE, ids=[str(r[0][:3]) for r in WALK_TABLE])
 def test_walk_table(shape, expected):
-    from ssmscan.ops.ssd_scan.triton_walk import walks
-
-    batch, length, h, p, n, facts = shape
-    plan = plan_ssd(h, p, 1, n, BF16, facts)
-    fp32 = plan_ssd(h, p, 1, n, FP32, facts)
-    assert walks(batch, h, p, length, fp32) == walks(batch, h, p, length, plan)
-    got = (walks(batch, h, p, length, plan), plan.walk_block_p, plan.walk_block_n, plan.warps_walk)
-    assert got == expected
+    h, p, n, facts = shape
+    for dtype in (BF16, FP16, FP32):
+        plan = plan_ssd(h, p, 1, n, dtype, facts)
+        assert (plan.walk_block_p, plan.walk_block_n, plan.warps_walk) == expected, dtype
 
 
 # (nheads, headdim, ngroups, dstate, dtype) -> the backward's dB / dC kernel: (heads a program,
@@ -184,51 +137,27 @@ def test_dbc_table(shape, expected):
     assert (p.dbc_heads, p.dbc_block_p, p.dbc_block_n, p.dbc_f32_dot) == expected
 
 
-@pytest.mark.parametrize("nheads,expected", [(80, True), (60, False)])
-def test_walks_with_a_symbolic_batch_and_length(nheads, expected):
-    """torch.compile with dynamic sizes, under a rule that walks only where batch x heads fill
-    132 multiprocessors or the sequence has 128 chunks (an experiment's plan; the planner walks
-    at every size): the walk is taken only where every batch the symbol stands for (sizes >= 2)
-    fills the device, or every length is long, decided without a guard on either."""
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    from ssmscan.ops.ssd_scan.triton_walk import walks
-
-    env = ShapeEnv()
-    batch = env.create_symintnode(env.create_symbol(4, ConstantSource("batch")), hint=4)
-    length = env.create_symintnode(env.create_symbol(9000, ConstantSource("L")), hint=9000)
-    planned = plan_ssd(nheads, 64, 1, 128, BF16, H200)
-    assert walks(batch, nheads, 64, length, planned)  # the planner's: always, without a guard
-    plan = dataclasses.replace(planned, walk_min_programs=132, walk_min_chunks=128)
-    assert walks(batch, nheads, 64, 2048, plan) is expected  # 2 x 80 >= 132 > 2 x 60
-    assert walks(4, nheads, 64, 2048, plan)  # a concrete batch of 4 fills it either way
-    assert walks(batch, nheads, 64, length, plan) is expected  # L >= 2 only: not long
-    assert walks(1, 60, 64, 8192, plan) and not walks(1, 60, 64, 8191, plan)
-    assert not env.guards
-
-
-# (nheads, headdim, dstate, dtype, facts) -> the split forward (Note [SSD Triton split forward]):
-# (on, chunk, states tile, its warps and stages, 16-bit states, float32 operands, output tile
-# (headdim block, dstate step), its warps). Every dtype splits at every batch (float32 keeps
-# float32 states: split_states_16 applies to 16-bit inputs).
-SPLIT_TABLE = [
-    ((80, 64, 128, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
-    ((24, 64, 128, FP16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
-    ((32, 128, 256, BF16, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
-    ((48, 32, 16, BF16, H200), (True, 64, (32, 16), 4, 2, True, False, (32, 16), 4)),
-    ((24, 64, 128, FP32, H200), (True, 64, (64, 64), 4, 2, True, False, (64, 64), 4)),
-    ((4, 4, 8, BF16, INTERPRETED), (True, 64, (16, 16), 4, 2, True, False, (16, 16), 4)),
+# (nheads, headdim, dstate, dtype, facts) -> the forward (Note [SSD Triton forward]): (chunk,
+# states tile, its warps and stages, 16-bit states, float32 operands, output tile (headdim block,
+# dstate step), its warps). float32 keeps float32 states: fwd_states_16 applies to 16-bit inputs.
+FORWARD_TABLE = [
+    ((80, 64, 128, BF16, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((24, 64, 128, FP16, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((32, 128, 256, BF16, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((48, 32, 16, BF16, H200), (64, (32, 16), 4, 2, True, False, (32, 16), 4)),
+    ((24, 64, 128, FP32, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((4, 4, 8, BF16, INTERPRETED), (64, (16, 16), 4, 2, True, False, (16, 16), 4)),
 ]
 
 
-@pytest.mark.parametrize("shape,expected", SPLIT_TABLE, ids=[str(r[0][:4]) for r in SPLIT_TABLE])
-def test_split_table(shape, expected):
+@pytest.mark.parametrize("shape,expected", FORWARD_TABLE,
+                         ids=[str(r[0][:4]) for r in FORWARD_TABLE])  # fmt: skip
+def test_forward_table(shape, expected):
     h, p, n, dtype, facts = shape
     q = plan_ssd(h, p, 1, n, dtype, facts)
-    got = (q.split, q.split_chunk, (q.states_walk_block_p, q.states_walk_block_n),
-           q.warps_states_walk, q.states_walk_stages, q.split_states_16, q.split_f32_dot,
-           (q.split_out_block_p, q.split_out_block_n), q.warps_split_out)  # fmt: skip
+    got = (q.fwd_chunk, (q.states_walk_block_p, q.states_walk_block_n),
+           q.warps_states_walk, q.states_walk_stages, q.fwd_states_16, q.fwd_f32_dot,
+           (q.out_block_p, q.out_block_n), q.warps_out)  # fmt: skip
     assert got == expected
 
 

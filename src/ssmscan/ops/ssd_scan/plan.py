@@ -31,61 +31,47 @@ class SSDPlan:
     """How the SSD kernels run one head geometry (``plan_ssd``).
 
     Args:
-        chunk: Q, steps per chunk (a power of two, at least 16).
-        state_block_p, state_block_n: the (headdim, dstate) tile of a chunk-state program.
-        out_block_p: headdim per program of the output kernel.
-        block_p: the step of the backward kernels' loops over headdim.
-        block_n: the step of the output and backward kernels' loops over dstate, and dstate
-            per program of the dB / dC kernel.
-        pass_block: elements of a head's (headdim, dstate) state per program of the state
-            passing kernels.
+        chunk: Q, the backward's steps per chunk (a power of two, at least 16).
+        block_p: the step of the dx / dt kernel's loop over headdim.
+        block_n: the step of the dx / dt kernel's loop over dstate.
         precision: ``tl.dot`` input precision for float32 inputs ("ieee", "tf32x3" or
             "tf32").
-        warps_state, warps_out, warps_pass, warps_dx, warps_dbc: ``num_warps`` of the
-            chunk-state, output, state-passing, dx / dt and dB / dC kernels.
-        stages: ``num_stages`` of the kernels with loops over headdim or dstate.
+        warps_dx, warps_dbc: ``num_warps`` of the dx / dt and dB / dC kernels.
+        stages: ``num_stages`` of the dx / dt and dB / dC kernels.
         f32_dot: matmul operands stay float32 (TF32 on the tensor cores) for 16-bit inputs,
-            instead of being rounded to x's dtype as mamba-ssm does, in the walks, the
-            three-launch forward and C·Bᵀ (the split forward, the dx / dt and dB / dC kernels
-            follow their own fields): most operands are derived (states, their gradients, the
-            masked C·Bᵀ, dt·x), and rounding all of them to bfloat16 took dA and ddt_bias to
-            1.7-2.3e-2 against the 1.5e-2 bfloat16 tolerance (L = 64..300, interpreter with the
-            GPU's rounding emulated; 0.72e-2 at TF32).
+            instead of being rounded to x's dtype as mamba-ssm does, in the backward's walks and
+            C·Bᵀ (the forward, the dx / dt and dB / dC kernels follow their own fields): most
+            operands are derived (states, their gradients, the masked C·Bᵀ, dt·x), and rounding
+            all of them to bfloat16 took dA and ddt_bias to 1.7-2.3e-2 against the 1.5e-2
+            bfloat16 tolerance (L = 64..300, interpreter with the GPU's rounding emulated;
+            0.72e-2 at TF32).
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
-        walk_min_programs: the backward walks (``triton_walk``: its chunk states and their
-            gradients in one launch each, the state on chip) when the dstates walk has at
-            least this many headdim-block programs (batch x heads x headdim blocks); fewer,
-            it recomputes the states by the three launches and passes their gradients, whose
-            chunks run in parallel. 0: never walks.
-        walk_min_chunks: the backward also walks where the sequence has at least this many
-            chunks, whatever the programs (0: only by ``walk_min_programs``).
         walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
             block (each tile writes its partial sum of ``dk``).
         warps_walk, walk_stages: its ``num_warps`` and ``num_stages``.
-        states_walk_block_p, states_walk_block_n: the states walk's tile (the split
-            forward's first launch and the backward's chunk states);
+        states_walk_block_p, states_walk_block_n: the states walk's tile (the forward's first
+            launch and the backward's chunk states);
             warps_states_walk, states_walk_stages: its ``num_warps`` and ``num_stages``.
         dbc_heads: heads of a group per program of the backward's dB / dC kernel (more: their
             fp32 partial sums, summed afterwards).
         dbc_block_p, dbc_block_n: that kernel's loop step over headdim and its dstate block.
-        split: the forward walks the states (the states walk, writing the state entering
-            each chunk) and reads them out in a chunk-parallel output kernel (Note [SSD Triton
-            split forward]), at every batch, instead of the three launches.
-        split_chunk: its chunk.
-        split_states_16: the states entering each chunk are stored in x's dtype (16-bit
+        fwd_chunk: the forward's chunk (Note [SSD Triton forward]: the states walk writes the
+            state entering each chunk, the output kernel reads them out, every chunk in
+            parallel).
+        fwd_states_16: the states entering each chunk are stored in x's dtype (16-bit
             inputs; float32 keeps float32).
-        split_f32_dot: its derived matmul operands stay float32 for 16-bit inputs (else
-            rounded to x's dtype, as mamba-ssm does).
-        split_out_block_p, split_out_block_n, warps_split_out, split_out_stages: the output
-            kernel's headdim block, dstate step, ``num_warps`` and ``num_stages``.
+        fwd_f32_dot: the forward's derived matmul operands stay float32 for 16-bit inputs
+            (else rounded to x's dtype, as mamba-ssm does).
+        out_block_p, out_block_n, warps_out, out_stages: the output kernel's headdim block,
+            dstate step, ``num_warps`` and ``num_stages``.
         cb_once: the backward's dx / dt kernel reads ``C Bᵀ`` computed once per chunk and
             group (Note [SSD C·Bᵀ once per group] in ``triton_fwd``) instead of computing it
             once per head.
-        bwd_states_16: the walking backward stores the states entering each chunk and their
-            gradients in x's dtype (16-bit inputs), as mamba-ssm's backward does, instead of
-            float32: half the bytes its dx / dt and dB / dC kernels read (the walks keep the
-            state and its gradient in float32 on chip; the three launches keep float32).
+        bwd_states_16: the backward stores the states entering each chunk and their gradients
+            in x's dtype (16-bit inputs), as mamba-ssm's backward does, instead of float32: half
+            the bytes its dx / dt and dB / dC kernels read (the walks keep the state and its
+            gradient in float32 on chip).
         dbc_f32_dot: the dB / dC kernel's matmul operands follow ``f32_dot``; else they are
             rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them: dB and dC are its
             only outputs, while dA and d(dt), the gradients ``f32_dot`` keeps accurate, come from
@@ -99,28 +85,19 @@ class SSDPlan:
             re-reading x, dout and z in a second loop over headdim for its own ``g Xᵀ``.
 
     Example:
-        >>> SSDPlan(64, 64, 128, 64, 32, 32, 1024, "ieee", 8, 8, 4, 8, 8, 2).chunk
+        >>> SSDPlan(64, 32, 32, "ieee", 8, 8, 2).chunk
         64
     """
 
     chunk: int
-    state_block_p: int
-    state_block_n: int
-    out_block_p: int
     block_p: int
     block_n: int
-    pass_block: int
     precision: str
-    warps_state: int
-    warps_out: int
-    warps_pass: int
     warps_dx: int
     warps_dbc: int
     stages: int
     f32_dot: bool = True
     emulate: bool = False
-    walk_min_programs: int = 0
-    walk_min_chunks: int = 0
     walk_block_p: int = 64
     walk_block_n: int = 128
     warps_walk: int = 8
@@ -132,14 +109,13 @@ class SSDPlan:
     dbc_heads: int = 8
     dbc_block_p: int = 32
     dbc_block_n: int = 32
-    split: bool = False
-    split_chunk: int = 64
-    split_states_16: bool = True
-    split_f32_dot: bool = False
-    split_out_block_p: int = 64
-    split_out_block_n: int = 64
-    warps_split_out: int = 8
-    split_out_stages: int = 2
+    fwd_chunk: int = 64
+    fwd_states_16: bool = True
+    fwd_f32_dot: bool = False
+    out_block_p: int = 64
+    out_block_n: int = 64
+    warps_out: int = 8
+    out_stages: int = 2
     cb_once: bool = False
     bwd_states_16: bool = False
     dbc_f32_dot: bool = True
@@ -162,13 +138,12 @@ def plan_ssd(
 ) -> SSDPlan:
     """The plan of an SSD call.
 
-    Q = 64: the intra-chunk (Q, Q) decay and C·Bᵀ tiles stay in registers, and the (headdim,
-    dstate) chunk states written per chunk (the largest memory traffic: 4·headdim·dstate bytes
-    per head and chunk, against 2·Q·headdim of x) are amortized over 64 steps. The chunk-state
-    kernel's tile is (64, 128) (90 registers a thread at 8 warps, sm_90, no spills); the output
-    kernel's headdim block 64 and the backward's loop steps 32 x 32 (32 x 64 for 16-bit inputs,
-    measured faster though the dx kernel spills, ``tests/ops/ssd_scan/sm90_compile_check.py``
-    reports by how much). float32 inputs use 3xTF32 on devices with tensor cores
+    Q = 64, forward and backward: the intra-chunk (Q, Q) decay and C·Bᵀ tiles stay in
+    registers, and the (headdim, dstate) states written per chunk (the largest memory traffic:
+    up to 4·headdim·dstate bytes per head and chunk, against 2·Q·headdim of x) are amortized over
+    64 steps. The walks' tiles are (64, 64); the output kernel's headdim block 64 and the dx / dt
+    kernel's loop steps 32 x 32 (32 x 64 for 16-bit inputs, measured faster though the kernel
+    spills, ``tests/ops/ssd_scan/sm90_compile_check.py`` reports by how much). float32 inputs use 3xTF32 on devices with tensor cores
     (the float32 tolerance, 1e-5 max-normalized, rules out plain TF32's ~3e-4; its split
     operands still spill 0.4-0.5 KB in the backward kernels), IEEE float32 elsewhere and under
     the interpreter. A caller that allows TF32 for float32 matmuls (``matmul_precision`` "high"
@@ -187,8 +162,8 @@ def plan_ssd(
 
     Example:
         >>> p = plan_ssd(24, 64, 1, 128, torch.bfloat16, H200)
-        >>> p.chunk, p.state_block_p, p.state_block_n, p.block_p, p.block_n, p.precision
-        (64, 64, 128, 32, 64, 'tf32')
+        >>> p.chunk, p.fwd_chunk, p.block_p, p.block_n, p.precision
+        (64, 64, 32, 64, 'tf32')
     """
     if matmul_precision not in ("highest", "high", "medium"):
         raise ValueError(
@@ -217,29 +192,15 @@ def _plan_ssd(
     else:
         precision = "tf32"  # 16-bit inputs' float32 operands (f32_dot); Triton's default
     chunk = 64
-    state_p, state_n = min(pp, 64), min(np_, 128)
-    out_p = min(pp, 64)
-    # the output and backward kernels hold three to four (Q, Q) / (Q, block) float32 tiles
-    wide = chunk * out_p >= 64 * 64
+    wide = chunk * min(pp, 64) >= 64 * 64  # the kernels' (Q, Q) / (Q, block) float32 tiles
     return SSDPlan(
         chunk=chunk,
-        state_block_p=state_p,
-        state_block_n=state_n,
-        out_block_p=out_p,
         block_p=min(pp, 32),
         # 16-bit inputs: 64 (with the 16-bit backward states below, the dx / dt kernel's
         # C·Sᵀ and B·dSᵀ multiply 16-bit tiles), forward+backward 7.57 -> 7.28 ms at
         # mamba2-2.7b's size and 4.61 -> 4.40 at -130m's (H100, bf16); float32 keeps 32
         block_n=min(np_, 32 if dtype == torch.float32 else 64),
-        # 16-bit inputs take the backward's passing only where too few programs walk (one
-        # long sequence of few heads), where smaller blocks spread the sequential walk over
-        # more programs: 512 measured 11% faster than 1024 at (1, 65536, 48, 64, 1, 128)
-        # (H100), and 8% slower at mamba2-2.7b's size, where float32 runs it
-        pass_block=min(1024 if dtype == torch.float32 else 512, next_pow2(headdim * dstate)),
         precision=precision,
-        warps_state=8 if state_p * state_n >= 64 * 128 else 4,
-        warps_out=8 if wide else 4,
-        warps_pass=4,
         # 4 warps for 16-bit inputs: the backward 8% faster at mamba2-2.7b's size and 6.5% at
         # mamba2-130m's than with 8 (H100), though ptxas then spills 664 bytes a thread with
         # every option on (32 at 8 warps); float32's split operands keep 8
@@ -250,18 +211,14 @@ def _plan_ssd(
         stages=2,
         f32_dot=True,
         emulate=not facts.compiled,
-        # the backward walks at every size: backward ms walking against the three launches
-        # (H100, bf16, launched directly, 2026-12-06, a dx / dt variant since deleted):
-        # (1, 2048, 80, 64, 1, 128) 0.86 / 1.67, (1, 4096, 48) 1.13 / 2.28, (2, 4096, 48)
-        # 1.71 / 3.50, (1, 8192, 48) 2.10 / 4.43, (1, 65536, 48) 16.5 / 35.9. The three
-        # launches' passes loop over every chunk at about 13 and 7 us a chunk step; the rule
-        # this replaces (walk only where batch x heads fill the GPU or from 128 chunks) rested
-        # on a variant timing with about 1 ms of host time in it and an older direct one not
-        # reproduced (benchmarks/RESULTS.md). float32 too (not timed at few programs): its
-        # 3xTF32 operands spill in every walking tile tried (0.15-10 KB a thread, sm_90, chunk
-        # 16-64, headdim blocks 16-64, 4-16 warps), yet forward+backward took 20.99 ms walking
-        # against 25.96 at mamba2-2.7b's size (H100)
-        walk_min_programs=1,
+        # the walks, forward and backward, at every size; the alternative, each chunk's own
+        # state (and read-out gradient) in parallel then a pass over the chunks in place, lost
+        # everywhere timed. Backward ms walking against it (H100, bf16, launched directly,
+        # 2026-12-06, a dx / dt variant since deleted): (1, 2048, 80, 64, 1, 128) 0.86 / 1.67,
+        # (1, 4096, 48) 1.13 / 2.28, (2, 4096, 48) 1.71 / 3.50, (1, 8192, 48) 2.10 / 4.43,
+        # (1, 65536, 48) 16.5 / 35.9: the passes loop over every chunk at about 13 and 7 us a
+        # chunk step. float32 (3xTF32, whose walking tiles spill 0.15-10 KB a thread, sm_90):
+        # forward+backward 20.99 ms walking against 25.96 at mamba2-2.7b's size (H100)
         # the dstates walk: (64, 64) tiles at 4 warps, 2 stages (245-255 registers, no spills,
         # sm_90): the backward 6.5% faster at mamba2-2.7b's and -130m's sizes (H100, bf16)
         # than the whole state row at 8 warps and one stage (1.52 / 0.93 ms a walk); 8 warps
@@ -270,7 +227,7 @@ def _plan_ssd(
         walk_block_n=min(np_, 64),
         warps_walk=4,
         walk_stages=2,
-        # the states walk (the split forward's and the backward's): (64, 64) tiles at 4 warps,
+        # the states walk (the forward's and the backward's): (64, 64) tiles at 4 warps,
         # 2 stages, the fastest of six for the forward on an H100 at mamba2-2.7b's and -130m's
         # sizes (0.40 / 0.23 ms; (64, 128) at 8 warps 0.49 / 0.28, one stage 0.59 / 0.31); the
         # backward's (float32 states, TF32 operands) 0.64 / 0.38 ms there against 1.09 / 0.64
@@ -288,25 +245,24 @@ def _plan_ssd(
         dbc_heads=8,
         dbc_block_p=min(pp, 32),
         dbc_block_n=min(np_, 32 if dtype == torch.float32 else 128),
-        # the split forward (Note [SSD Triton split forward]) at every batch. 16-bit inputs: it
-        # beat the three launches at every size timed with few programs (H100, bf16, ms: (1,
-        # 65536, 48, ...) 11.2 -> 3.64, (1, 8192, 48) 1.38 -> 0.60, (4, 2048, 24) 0.90 -> 0.59,
-        # (1, 2048, 80) 0.80 -> 0.58, (1, 2048, 24) 1.24 -> 0.80); its derived
-        # operands and the states it stores rounded to x's dtype as mamba-ssm rounds them
-        # (float32 states: 1.31x its time at mamba2-2.7b's size; TF32 operands 1.44x). Measured
-        # on an H100 at mamba2-2.7b's and -130m's sizes (bf16): chunk 64 (128: the states walk
-        # 17% faster, the output kernel's (128, 128) tile 254 registers and 1.4x slower); the
-        # output kernel at 4 warps (0.43 / 0.27 ms; 8 warps 0.57 / 0.33; headdim block 32
-        # 0.69 / 0.41). float32 (its states and operands float32, 3xTF32): 5.74 -> 2.34 ms
-        # at mamba2-2.7b's size (H100; only that size timed), the backward unchanged
-        split=True,
-        split_chunk=chunk,
-        split_states_16=True,
-        split_f32_dot=False,
-        split_out_block_p=min(pp, 64),
-        split_out_block_n=min(np_, 64),
-        warps_split_out=4,
-        split_out_stages=2,
+        # the forward (Note [SSD Triton forward]): the states walk, then the output kernel.
+        # 16-bit inputs: it beat the chunk-parallel states and their pass at every size timed
+        # with few programs (H100, bf16, ms: (1, 65536, 48, ...) 11.2 -> 3.64, (1, 8192, 48)
+        # 1.38 -> 0.60, (4, 2048, 24) 0.90 -> 0.59, (1, 2048, 80) 0.80 -> 0.58, (1, 2048, 24)
+        # 1.24 -> 0.80); its derived operands and the states it stores rounded to x's dtype as
+        # mamba-ssm rounds them (float32 states: 1.31x its time at mamba2-2.7b's size; TF32
+        # operands 1.44x). Measured on an H100 at mamba2-2.7b's and -130m's sizes (bf16):
+        # chunk 64 (128: the states walk 17% faster, the output kernel's (128, 128) tile 254
+        # registers and 1.4x slower); the output kernel at 4 warps (0.43 / 0.27 ms; 8 warps
+        # 0.57 / 0.33; headdim block 32 0.69 / 0.41). float32 (its states and operands float32,
+        # 3xTF32): 5.74 -> 2.34 ms at mamba2-2.7b's size (H100; only that size timed)
+        fwd_chunk=chunk,
+        fwd_states_16=True,
+        fwd_f32_dot=False,
+        out_block_p=min(pp, 64),
+        out_block_n=min(np_, 64),
+        warps_out=4,
+        out_stages=2,
         # 16-bit inputs: -3.4 / -3.2% on the backward at mamba2-2.7b's and -130m's sizes (H100,
         # bf16); float32 not timed
         cb_once=dtype != torch.float32,

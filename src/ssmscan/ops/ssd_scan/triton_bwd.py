@@ -1,16 +1,15 @@
 """Triton kernels of ``ssmscan::ssd_scan_bwd`` (CUDA), and their launcher.
 
 Note [SSD Triton backward]: README.md's Note [SSD chunked backward], recomputing rather than
-storing (the forward saves only its inputs), in six launches:
+storing (the forward saves only its inputs), in four or five launches:
 
-1. the forward's steps 1 and 2 (``triton_fwd.recompute_states``): time steps, log-decays ``cs``
-   and the state entering each chunk;
-2. the forward's chunk-state kernel in its read-out mode: ``dS_out_c = sum_j w_j g_j C_jᵀ``, the
-   gradient the chunk's outputs send to the state entering it (``g = dout silu(z)``, the gradient
-   of y; ``w_j = exp(cs_j)`` masked);
-3. ``_ssd_scan_bwd_pass_kernel``: the loop over chunks backwards, ``dS_c = k_c dS_{c+1} +
-   dS_out_c``, writing ``dS_{c+1}`` (the gradient of each chunk's own state) over ``dS_out`` in
-   place, the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c``, and ``dinitial_states = dS_0``;
+1. the states walk (``triton_walk``, Note [SSD Triton walking backward]): time steps,
+   log-decays ``cs`` and the state entering each chunk, at the backward's chunk;
+2. C·Bᵀ once per chunk and group (``triton_fwd.chunk_cb``, where the plan says so);
+3. the dstates walk, backwards over the chunks with the state's gradient on chip:
+   ``dS_c = k_c dS_{c+1} + sum_j w_j g_j C_jᵀ`` (``g = dout silu(z)``, the gradient of y;
+   ``w_j = exp(cs_j)`` masked), writing ``dS_{c+1}`` (the gradient of each chunk's own state),
+   the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c``, and ``dinitial_states = dS_0``;
 4. ``_ssd_scan_bwd_dx_kernel``, one program per (chunk, batch x head), looping over headdim
    blocks (and dstate blocks inside): ``dX = Mᵀ g + e ∘ (B dS_{c+1}ᵀ)`` with
    ``M = C Bᵀ ∘ decay`` and ``X = dt x``; dx, dz, the partial sums of dD; and the gradient of
@@ -28,7 +27,9 @@ storing (the forward saves only its inputs), in six launches:
    first, its (CHUNK, CHUNK) tile spilled registers; the first sum a reverse ``tl.cumsum`` over
    i of the tile, then a masked row sum, ``e``'s term entering it as row i = last; ``w``'s a
    reverse cumsum): no difference of large sums, where summing ``dcs`` and then its reverse
-   cumsum would cancel the diagonal's. Then
+   cumsum would cancel the diagonal's. With ``plan.da_in_dbc`` the first sum comes from 5
+   instead, which then runs first: it forms each head's ``g Xᵀ`` for ``dCB`` anyway, and this
+   kernel drops its second loop (``e``'s term then a masked row sum of its own). Then
    ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
 5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group x split of its heads,
    dstate block; ``plan.dbc_heads`` heads a split, the whole dstate up to 128 for 16-bit
@@ -63,59 +64,9 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     _segments,
     _softplus,
     chunk_cb,
-    chunk_states,
     dt_flags,
     precision,
-    recompute_states,
 )
-
-
-@triton.jit
-def _ssd_scan_bwd_pass_kernel(
-    dstates,  # (batch, NC, nheads, headdim, dstate) fp32: dS_out in, dS_{c+1} out (in place)
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
-    dfinal,  # (batch, nheads, headdim, dstate) gradient of the final state (HAS_DFINAL)
-    dinit,  # (batch, nheads, headdim, dstate) gradient of the initial state, output (HAS_INIT)
-    dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of dS_{c+1} ∘ S_c, output
-    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
-    seg,  # (batch, L) int64 segment ids (HAS_SEG)
-    L,  # time steps
-    H,  # nheads
-    PN,  # headdim * dstate
-    NC,  # chunks
-    NBLK,  # programs per head (the grid's second axis)
-    HAS_DFINAL: tl.constexpr,
-    HAS_INIT: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    CHUNK: tl.constexpr,
-    BLOCK: tl.constexpr,  # state elements per program
-):
-    """dS_c = k_c dS_{c+1} + dS_out_c from dS_NC = dfinal (Note [SSD Triton backward], 3)."""
-    i_bh = tl.program_id(0).to(tl.int64)
-    i_blk = tl.program_id(1).to(tl.int64)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    o = i_blk * BLOCK + tl.arange(0, BLOCK)
-    m = o < PN
-    if HAS_DFINAL:
-        b_dS = tl.load(dfinal + i_bh * PN + o, mask=m, other=0.0).to(tl.float32)
-    else:
-        b_dS = tl.zeros((BLOCK,), dtype=tl.float32)
-    for r in range(0, NC):
-        c = NC - 1 - r
-        o_st = ((i_b * NC + c) * H + i_h) * PN + o
-        b_out = tl.load(dstates + o_st, mask=m, other=0.0)
-        b_S = tl.load(states + o_st, mask=m, other=0.0)
-        tl.store(dstates + o_st, b_dS, mask=m)
-        tl.store(dk + (i_bh * NC + c) * NBLK + i_blk, tl.sum(b_dS * b_S, 0))
-        b_k = tl.exp(tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + CHUNK - 1))
-        if HAS_SEG:
-            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
-            s_prev = tl.load(seg + i_b * L + tl.maximum(c * CHUNK - 1, 0), mask=c > 0, other=0)
-            b_k = tl.where(s_last == s_prev, b_k, 0.0)
-        b_dS = b_k * b_dS + b_out
-    if HAS_INIT:
-        tl.store(dinit + i_bh * PN + o, b_dS.to(dinit.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -513,26 +464,13 @@ def launch(
     f32_dot = plan.f32_dot and x.dtype != f32
     Q = plan.chunk
     NC = cdiv(L, Q)
-    if triton_walk.walks(batch, H, P, L, plan):  # Note [SSD Triton walking backward]
-        dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts,
-                                                    plan, f32_dot)  # fmt: skip
-        nblk = triton_walk.dstates_blocks(int(P), int(N), plan)
-        dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
-        dstates = triton_walk.launch_dstates(dout, z, C, seg, cs, states, dfinal,
-                                             grads.get("initial_states"), dk, plan, f32_dot)  # fmt: skip
-    else:
-        dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan,
-                                           f32_dot)  # fmt: skip
-        dstates = torch.empty((batch, NC, H, P, N), dtype=f32, device=dev)
-        chunk_states(dout, z, dt, dt_bias, A, C, seg, dtp, cs, dstates, False, opts, plan,
-                     f32_dot)  # fmt: skip
-        nblk = cdiv(int(P) * int(N), plan.pass_block)  # ints: the planner specialized P and N
-        dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
-        launcher(_ssd_scan_bwd_pass_kernel)[(batch * H, nblk)](
-            dstates, states, dfinal, grads.get("initial_states"), dk, cs, seg, L, H, P * N, NC,
-            nblk, HAS_DFINAL=dfinal is not None, HAS_INIT=init is not None,
-            HAS_SEG=seg is not None, CHUNK=Q, BLOCK=plan.pass_block, num_warps=plan.warps_pass,
-        )  # fmt: skip
+    # Note [SSD Triton walking backward]
+    dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan,
+                                                f32_dot)  # fmt: skip
+    nblk = triton_walk.dstates_blocks(int(P), int(N), plan)
+    dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
+    dstates = triton_walk.launch_dstates(dout, z, C, seg, cs, states, dfinal,
+                                         grads.get("initial_states"), dk, plan, f32_dot)  # fmt: skip
     ddt32 = torch.empty((batch, L, H), dtype=f32, device=dev)
     dD = torch.empty((batch, NC, H, P), dtype=f32, device=dev) if D is not None else None
     dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)

@@ -1,37 +1,31 @@
 """Triton kernels of ``ssmscan::ssd_scan_fwd`` (CUDA), and their launcher.
 
-Note [SSD Triton forward]: the chunked form of README.md's Note [SSD chunked form] in three
+Note [SSD Triton forward]: the chunked form of README.md's Note [SSD chunked form] in two
 launches, every matmul a ``tl.dot`` with float32 accumulation:
 
-1. ``_ssd_scan_fwd_state_kernel``, one program per (chunk, batch x head, headdim block x dstate
-   block): the time step (bias, softplus, clamp; 0 past L), its cumulative log-decay
-   ``cs = cumsum(dt A)`` within the chunk (both written once per chunk and head for the other
-   kernels), and the chunk's own end state ``(e ∘ dt x)ᵀ B``, (headdim, Q) @ (Q, dstate), with
-   ``e_j = exp(sum_{k>j} dt_k A)`` (a reverse ``tl.cumsum`` of the next steps' increments)
-   masked to the chunk's last sequence.
-2. ``_ssd_scan_fwd_pass_kernel``, one program per (batch x head, block of the (headdim, dstate)
-   state): the loop over chunks ``S_{c+1} = k_c S_c + local_c`` with ``k_c = exp(cs_last)``
-   (0 where a sequence starts inside the chunk), writing the state entering each chunk over the
-   chunk's own state (in place) and the final state.
-3. ``_ssd_scan_fwd_out_kernel``, one program per (chunk, batch x head, headdim block): ``C Bᵀ``
-   and ``C Sᵀ`` in one loop over dstate, then ``y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ C Sᵀ``,
-   the skip ``D x`` and the gate ``silu(z)``, written in x's dtype, with
-   ``decay_ij = exp(sum_{j<k<=i} dt_k A)`` (``_pair_log_decays``, a ``tl.cumsum`` over the
-   (CHUNK, CHUNK) tile, taken after the dstate loop: not live across it).
+1. the states walk (``triton_walk._ssd_scan_states_walk_kernel``), one program per sequence,
+   head and (headdim, dstate) tile, walking the chunks in turn with its state on chip: the time
+   step (bias, softplus, clamp; 0 past L) and its cumulative log-decay ``cs = cumsum(dt A)``
+   within each chunk (written once per chunk and head for the output kernel), the state entering
+   each chunk (written in x's dtype for 16-bit inputs, else float32: ``plan.fwd_states_16``)
+   and the final state. A step is one small matmul, independent of the others but for the state
+   update, so the chunks' loads overlap.
+2. ``_ssd_scan_fwd_out_kernel``, one program per (chunk, batch x head, headdim block), every
+   chunk in parallel: ``C Bᵀ`` and ``C Sᵀ`` in one loop over dstate, then
+   ``y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ C Sᵀ``, the skip ``D x`` and the gate ``silu(z)``,
+   written in x's dtype, with ``decay_ij = exp(sum_{j<k<=i} dt_k A)`` (``_pair_log_decays``, a
+   ``tl.cumsum`` over the (CHUNK, CHUNK) tile, taken after the dstate loop: not live across it).
+
+The states cross memory once each way; nothing is passed in place. A walk has only batch x heads
+x state tiles programs, yet it beat the chunk-parallel alternative (each chunk's own state in
+parallel, then a pass over the chunks, then the output) at every size timed, one sequence of
+few heads included: that pass loops over every chunk too (``plan.py`` has the timings).
 
 Each decay inside a chunk is the exponential of a sum of its own increments, never a float32
 difference ``cs_i - cs_j`` of cumulative sums: these reach thousands within a chunk at strong
 decays (time steps of a few units, A near -24), where the difference keeps no digit of a decay
-near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the state passing) take
+near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the carry) take
 no difference.
-
-Note [SSD Triton split forward]: where the plan splits (every dtype, ``plan.split``) the forward
-runs in two launches: the states walk of ``triton_walk`` (one program per sequence, head and
-(headdim, dstate) tile walks the chunks in turn with its state on chip and writes the state
-entering each chunk, in x's dtype for 16-bit inputs, else float32) and step 3's output kernel,
-every chunk in parallel. The walk's steps are one small matmul each and independent of one
-another but for the state update, so the chunks' loads overlap; the output kernel's chunks run
-in parallel. Nothing is passed in place: the states cross memory once each way.
 
 Note [SSD C·Bᵀ once per group]: every head of a group shares B and C, so ``C_c B_cᵀ`` of a
 chunk is the same (CHUNK, CHUNK) product for all of them. Where the plan says so
@@ -42,9 +36,9 @@ matmul work at Mamba-2's sizes, and B's loads): 3% off the backward at mamba2-2.
 -130m's sizes (H100, bf16). The output kernel keeps its own product, in the loop over dstate
 that also reads C for ``C Sᵀ``.
 
-Operands of the matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to it for
-16-bit inputs, as in mamba-ssm); float32 operands at the plan's ``precision``. The states are
-float32 (b, chunks, nheads, headdim, dstate). Packed sequences (``seq_idx``) enter as segment ids
+Operands of the forward's matmuls are in x's dtype (the state and the masked C·Bᵀ are rounded to
+it for 16-bit inputs, as in mamba-ssm, unless ``plan.fwd_f32_dot``); float32 operands at the
+plan's ``precision``. The states are (b, chunks, nheads, headdim, dstate). Packed sequences (``seq_idx``) enter as segment ids
 (``common.segment_ids``) and become the 0/1 masks of the Note. float64 runs the CPU kernel on
 host copies (correct, not fast).
 """
@@ -182,142 +176,6 @@ def _last(b, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _ssd_scan_fwd_state_kernel(
-    v,  # (batch, L, nheads, headdim): x (END) or dout (not END)
-    z,  # (batch, L, nheads, headdim) gate, read when not END and HAS_Z
-    dt,  # (batch, L, nheads) raw time step (END)
-    dt_bias,  # (nheads,) (END, HAS_BIAS)
-    A,  # (nheads,)
-    u,  # (batch, L, ngroups, dstate): B (END) or C (not END)
-    seg,  # (batch, L) int64 segment ids (HAS_SEG)
-    dtp,  # (batch, nheads, NC * CHUNK) fp32 time step, 0 past L; written (END, WRITE_DT)
-    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk; written or read
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 output
-    L,  # time steps
-    H,  # nheads
-    P,  # headdim
-    G,  # ngroups
-    N,  # dstate
-    NC,  # chunks, cdiv(L, CHUNK)
-    dt_min,  # clamp of the time step (HAS_MIN)
-    dt_max,  # (HAS_MAX)
-    END: tl.constexpr,  # the chunk's own end state of x through B; else the read-out gradient
-    WRITE_DT: tl.constexpr,  # write dtp and cs (END)
-    SOFTPLUS: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_MIN: tl.constexpr,
-    HAS_MAX: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    CHUNK: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,  # tl.dot input precision of float32 operands
-    F32_DOT: tl.constexpr,  # matmul operands in float32 (at PRECISION); else in v's dtype
-    EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
-):
-    """END: states[c] = sum_j e_j dt_j x_j B_jᵀ (Note [SSD Triton forward], 1). Not END (the
-    backward's Note [SSD Triton backward], 2): states[c] = sum_j w_j g_j C_jᵀ with
-    w_j = exp(cs_j) masked to the sequence entering the chunk and g = dout silu(z)."""
-    i_c = tl.program_id(0).to(tl.int64)
-    i_bh = tl.program_id(1).to(tl.int64)
-    i_pn = tl.program_id(2)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    i_g = i_h // (H // G)
-    n_nb = tl.cdiv(N, BLOCK_N)
-    o_i = tl.arange(0, CHUNK)
-    o_t = i_c * CHUNK + o_i
-    m_t = o_t < L
-    o_p = (i_pn // n_nb) * BLOCK_P + tl.arange(0, BLOCK_P)
-    o_n = (i_pn % n_nb) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_p = o_p < P
-    m_n = o_n < N
-    o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
-    if HAS_SEG:
-        b_s, s_prev, s_last = _segments(seg, i_b, i_c, o_t, L, CHUNK)
-    if END:
-        b_d = _time_step(dt + (i_b * L + o_t) * H + i_h, m_t, dt_bias + i_h, dt_min, dt_max,
-                         SOFTPLUS, HAS_BIAS, HAS_MIN, HAS_MAX)  # fmt: skip
-        a = tl.load(A + i_h).to(tl.float32)
-        if WRITE_DT:
-            if i_pn == 0:
-                tl.store(dtp + o_hq, b_d)
-                tl.store(cs + o_hq, tl.cumsum(b_d * a, 0))
-        # e_j = exp(sum_{k > j} dt_k A): the next step's time step (reloaded), reverse cumsum
-        m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
-        b_dn = _time_step(dt + (i_b * L + o_t + 1) * H + i_h, m_next, dt_bias + i_h, dt_min,
-                          dt_max, SOFTPLUS, HAS_BIAS, HAS_MIN, HAS_MAX)  # fmt: skip
-        b_coef = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
-        if HAS_SEG:
-            b_coef = tl.where(b_s == s_last, b_coef, 0.0)
-    else:
-        b_coef = tl.exp(tl.load(cs + o_hq))
-        if HAS_SEG:
-            b_coef = tl.where(b_s == s_prev, b_coef, 0.0)
-    # (BLOCK_P, CHUNK): v transposed, scaled by the step's coefficient
-    o_v = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
-    m_v = m_p[:, None] & m_t[None, :]
-    b_v = tl.load(v + o_v, mask=m_v, other=0.0).to(tl.float32)
-    if not END:
-        if HAS_Z:
-            b_z = tl.load(z + o_v, mask=m_v, other=0.0).to(tl.float32)
-            b_v = b_v * b_z * tl.sigmoid(b_z)
-    if F32_DOT:
-        DOT = tl.float32
-    else:
-        DOT = v.dtype.element_ty
-    b_v = _cast(b_v * b_coef[None, :], DOT, EMULATE)
-    o_u = ((i_b * L + o_t[:, None]) * G + i_g) * N + o_n[None, :]
-    b_u = tl.load(u + o_u, mask=m_t[:, None] & m_n[None, :], other=0.0).to(DOT)
-    b_acc = _dot(b_v, b_u, PRECISION, EMULATE)
-    o_st = (((i_b * NC + i_c) * H + i_h) * P + o_p[:, None]) * N + o_n[None, :]
-    tl.store(states + o_st, b_acc, mask=m_p[:, None] & m_n[None, :])
-
-
-@triton.jit
-def _ssd_scan_fwd_pass_kernel(
-    states,  # (batch, NC, nheads, headdim, dstate) fp32: each chunk's own state in, the state
-    # entering each chunk out
-    init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
-    final,  # (batch, nheads, headdim, dstate) fp32 output
-    cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
-    seg,  # (batch, L) int64 segment ids (HAS_SEG)
-    L,  # time steps
-    H,  # nheads
-    PN,  # headdim * dstate
-    NC,  # chunks
-    HAS_INIT: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    CHUNK: tl.constexpr,
-    BLOCK: tl.constexpr,  # state elements per program
-):
-    """S_0 = init, S_{c+1} = k_c S_c + local_c (Note [SSD Triton forward], 2)."""
-    i_bh = tl.program_id(0).to(tl.int64)
-    i_blk = tl.program_id(1).to(tl.int64)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    o = i_blk * BLOCK + tl.arange(0, BLOCK)
-    m = o < PN
-    if HAS_INIT:
-        b_S = tl.load(init + i_bh * PN + o, mask=m, other=0.0).to(tl.float32)
-    else:
-        b_S = tl.zeros((BLOCK,), dtype=tl.float32)
-    s_prev = tl.full((), 0, tl.int64)
-    for c in range(0, NC):
-        p_st = states + ((i_b * NC + c) * H + i_h) * PN + o
-        b_loc = tl.load(p_st, mask=m, other=0.0)
-        tl.store(p_st, b_S, mask=m)
-        b_k = tl.exp(tl.load(cs + i_bh * NC * CHUNK + c * CHUNK + CHUNK - 1))
-        if HAS_SEG:
-            s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
-            b_k = tl.where(s_last == s_prev, b_k, 0.0)
-            s_prev = s_last
-        b_S = b_k * b_S + b_loc
-    tl.store(final + i_bh * PN + o, b_S, mask=m)
-
-
-@triton.jit
 def _ssd_scan_cb_kernel(
     B,  # (batch, L, ngroups, dstate)
     C,  # (batch, L, ngroups, dstate)
@@ -383,7 +241,7 @@ def _ssd_scan_fwd_out_kernel(
     A,  # (nheads,)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
-    states,  # (batch, NC, nheads, headdim, dstate) fp32 state entering each chunk
+    states,  # (batch, NC, nheads, headdim, dstate) state entering each chunk (fp32 or x's dtype)
     out,  # (batch, L, nheads, headdim) output, x's dtype
     L,  # time steps
     H,  # nheads
@@ -403,7 +261,7 @@ def _ssd_scan_fwd_out_kernel(
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """y = (C Bᵀ ∘ decay) (dt x) + exp(cs) ∘ (C Sᵀ) + D x, out = y silu(z) (Note [SSD Triton
-    forward], 3)."""
+    forward], 2)."""
     i_c = tl.program_id(0).to(tl.int64)
     i_bh = tl.program_id(1).to(tl.int64)
     i_p = tl.program_id(2)
@@ -478,38 +336,6 @@ def dt_flags(dt_softplus: bool, dt_bias: torch.Tensor | None, dt_min: float, dt_
     )
 
 
-def chunk_states(
-    v: torch.Tensor,
-    z: torch.Tensor | None,
-    dt: torch.Tensor,
-    dt_bias: torch.Tensor | None,
-    A: torch.Tensor,
-    u: torch.Tensor,
-    seg: torch.Tensor | None,
-    dtp: torch.Tensor,
-    cs: torch.Tensor,
-    states: torch.Tensor,
-    end: bool,
-    dt_opts: dict,
-    plan: SSDPlan,
-    f32_dot: bool = False,
-) -> None:
-    """Launch ``_ssd_scan_fwd_state_kernel`` over every chunk, head and state block (contiguous
-    operands; ``end``: the forward's chunk states, writing dtp and cs; ``f32_dot``: float32
-    matmul operands at TF32 for 16-bit inputs, the backward's)."""
-    batch, L, H, P = v.shape
-    G, N = u.shape[2], u.shape[3]
-    NC = cdiv(L, plan.chunk)
-    grid = (NC, batch * H, cdiv(P, plan.state_block_p) * cdiv(N, plan.state_block_n))
-    launcher(_ssd_scan_fwd_state_kernel)[grid](
-        v, z, dt, dt_bias, A, u, seg, dtp, cs, states, L, H, P, G, N, NC, **dt_opts,
-        END=end, WRITE_DT=end, HAS_Z=z is not None, HAS_SEG=seg is not None,
-        CHUNK=plan.chunk, BLOCK_P=plan.state_block_p, BLOCK_N=plan.state_block_n,
-        PRECISION=precision(plan, v.dtype), F32_DOT=f32_dot,
-        EMULATE=plan.emulate, num_warps=plan.warps_state,
-    )  # fmt: skip
-
-
 def chunk_cb(
     B: torch.Tensor, C: torch.Tensor, L: int, plan: SSDPlan, chunk: int, f32_dot: bool
 ) -> torch.Tensor:
@@ -531,58 +357,6 @@ def precision(plan: SSDPlan, dtype: torch.dtype) -> str:
     (the tensor cores' float32 mode, or Triton's default for 16-bit operands, which it ignores)
     otherwise."""
     return plan.precision if dtype == torch.float32 else "tf32"
-
-
-def pass_states(
-    states: torch.Tensor,
-    init: torch.Tensor | None,
-    final: torch.Tensor,
-    cs: torch.Tensor,
-    seg: torch.Tensor | None,
-    L: int,
-    plan: SSDPlan,
-) -> None:
-    """Launch ``_ssd_scan_fwd_pass_kernel``: ``states`` (each chunk's own state) becomes the state
-    entering each chunk; ``final`` the state after the last."""
-    batch, H, P, N = final.shape
-    NC = cdiv(L, plan.chunk)
-    grid = (batch * H, cdiv(P * N, plan.pass_block))
-    launcher(_ssd_scan_fwd_pass_kernel)[grid](
-        states, init, final, cs, seg, L, H, P * N, NC,
-        HAS_INIT=init is not None, HAS_SEG=seg is not None, CHUNK=plan.chunk,
-        BLOCK=plan.pass_block, num_warps=plan.warps_pass,
-    )  # fmt: skip
-
-
-def recompute_states(
-    x: torch.Tensor,
-    dt: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    dt_bias: torch.Tensor | None,
-    init: torch.Tensor | None,
-    seg: torch.Tensor | None,
-    final: torch.Tensor,
-    dt_opts: dict,
-    plan: SSDPlan,
-    f32_dot: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Steps 1 and 2 of Note [SSD Triton forward] on contiguous operands: (dtp, cs, states
-    entering each chunk, a flat (batch, chunks, nheads, headdim, dstate) buffer); ``final``
-    written."""
-    batch, L, H, P = x.shape
-    N = B.shape[3]
-    Q = plan.chunk
-    NC = cdiv(L, Q)
-    f32, dev = torch.float32, x.device
-    dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
-    cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
-    # (batch, NC, H, P, N), allocated flat: NC is 1 for L <= Q, and a dimension that may be 1
-    # makes the traced launch's view(-1) guard it against 1, splitting a dynamic-L export there
-    states = torch.empty((batch * NC * H * P * N,), dtype=f32, device=dev)
-    chunk_states(x, None, dt, dt_bias, A, B, seg, dtp, cs, states, True, dt_opts, plan, f32_dot)
-    pass_states(states, init, final, cs, seg, L, plan)
-    return dtp, cs, states
 
 
 def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -634,18 +408,11 @@ def launch(
     opts = dt_flags(dt_softplus, dt_bias, dt_min, dt_max)
     from ssmscan.ops.ssd_scan import triton_walk  # it builds on this module's helpers
 
-    if plan.split:  # Note [SSD Triton split forward]
-        f32_dot = plan.split_f32_dot and x.dtype != torch.float32
-        dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
-                                                    opts, plan, f32_dot, forward=True)  # fmt: skip
-        chunk, block_p, block_n = plan.split_chunk, plan.split_out_block_p, plan.split_out_block_n
-        warps, stages = plan.warps_split_out, plan.split_out_stages
-    else:
-        f32_dot = plan.f32_dot and x.dtype != torch.float32
-        dtp, cs, states = recompute_states(x, dt, A, B, dt_bias, init, seg, final_states, opts,
-                                           plan, f32_dot)  # fmt: skip
-        chunk, block_p, block_n = plan.chunk, plan.out_block_p, plan.block_n
-        warps, stages = plan.warps_out, plan.stages
+    # Note [SSD Triton forward]: the states walk, then the output kernel
+    f32_dot = plan.fwd_f32_dot and x.dtype != torch.float32
+    dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
+                                                opts, plan, f32_dot, forward=True)  # fmt: skip
+    chunk, block_p, block_n = plan.fwd_chunk, plan.out_block_p, plan.out_block_n
     NC = cdiv(L, chunk)
     grid = (NC, batch * H, cdiv(P, block_p))
     launcher(_ssd_scan_fwd_out_kernel)[grid](
@@ -653,7 +420,7 @@ def launch(
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
         HAS_SEG=seg is not None, CHUNK=chunk, BLOCK_P=block_p, BLOCK_N=block_n,
         PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
-        num_warps=warps, num_stages=stages,
+        num_warps=plan.warps_out, num_stages=plan.out_stages,
     )  # fmt: skip
 
 

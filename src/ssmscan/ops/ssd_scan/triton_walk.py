@@ -1,27 +1,26 @@
 """The walking SSD kernels (CUDA): one program per sequence, head and state tile walks the
-chunks in turn with its state on chip: the chunk states (the split forward's first launch, Note
-[SSD Triton split forward] in ``triton_fwd``, and the backward's) and their gradients.
+chunks in turn with its state on chip: the chunk states (the forward's first launch, Note [SSD
+Triton forward] in ``triton_fwd``, and the backward's) and their gradients.
 
 The walks trade parallelism for traffic: the chunks of a sequence run in turn, so a launch has
-only batch x heads x state tiles programs. The planner walks forward and backward at every size:
-the three launches, whose chunk-state kernels run every chunk in parallel, lost even at one
-sequence of 48 heads, since their passes loop over every chunk too (``plan.py`` has the
-timings). ``plan.walk_min_programs`` and ``plan.walk_min_chunks`` let an experiment take the
-backward's three launches where batch x heads or the length fall short. A walk's steps are
-independent but for the state update, so its loads overlap; the registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py`` reports registers and spills).
+only batch x heads x state tiles programs. They run at every size: the chunk-parallel
+alternative (each chunk's own state, or its read-out gradient, in parallel, then a pass over the
+chunks in place) lost even at one sequence of 48 heads, since its pass loops over every chunk
+too (``plan.py`` has the timings). A walk's steps are independent but for the state update, so
+its loads overlap; the registers bound the tiles (``tests/ops/ssd_scan/sm90_compile_check.py``
+reports registers and spills).
 
-Note [SSD Triton walking backward]: the backward's chunk states and their gradients by the same
-walk, at the backward's chunk (``plan.chunk``: its other kernels read them per chunk), one
-launch each instead of two:
+Note [SSD Triton walking backward]: the backward's chunk states and their gradients, each by one
+walk at the backward's chunk (``plan.chunk``: its other kernels read them per chunk):
 
-* ``_ssd_scan_states_walk_kernel`` writes what ``triton_fwd.recompute_states`` writes (the time
-  steps, the log-decays ``cs`` within each chunk, the state entering each chunk, the final
-  state), keeping S on chip: no chunk's own state is written, read and rewritten by a pass.
+* ``_ssd_scan_states_walk_kernel`` writes the time steps, the log-decays ``cs`` within each
+  chunk, the state entering each chunk and the final state, keeping S on chip: no chunk's own
+  state is written, read and rewritten by a pass.
 * ``_ssd_scan_dstates_walk_kernel`` walks backwards from ``dS = dfinal``: it writes
   ``dS_{c+1}`` for chunk c, the partial sums of ``dk_c = sum dS_{c+1} ∘ S_c`` (one a state
   tile), then ``dS <- k_c dS + sum_j w_j g_j C_jᵀ`` (``g = dout silu(z)``, ``w_j = exp(cs_j)``
-  masked to the sequence entering the chunk), and ``dinitial_states = dS_0``: Note [SSD Triton
-  backward]'s steps 2 and 3 without the read-out gradients' round trip through memory.
+  masked to the sequence entering the chunk), and ``dinitial_states = dS_0``, with no read-out
+  gradient's round trip through memory.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ssmscan.ops.common.host_math import cdiv
 from ssmscan.ops.common.triton_launch import launcher
@@ -43,29 +41,9 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
 )
 
 
-def headdim_blocks(headdim: int, plan: SSDPlan) -> int:
-    """Headdim blocks of the dstates walk (what ``walks`` counts its programs by)."""
-    return cdiv(headdim, plan.walk_block_p)
-
-
 def dstates_blocks(headdim: int, dstate: int, plan: SSDPlan) -> int:
     """Programs per sequence and head of the dstates walk: its partial sums of ``dk``."""
-    return headdim_blocks(headdim, plan) * cdiv(dstate, plan.walk_block_n)
-
-
-def walks(batch: int, nheads: int, headdim: int, length: int, plan: SSDPlan) -> bool:
-    """The backward walks (Note [SSD Triton walking backward]): the plan allows it and its
-    dstates walk has at least ``plan.walk_min_programs`` headdim-block programs, or the
-    sequence has at least ``plan.walk_min_chunks`` chunks. A symbolic batch or length
-    (``torch.compile`` with dynamic sizes) walks only where every size it stands for does,
-    without a guard."""
-    if plan.walk_min_programs <= 0:
-        return False
-    programs = batch * nheads * headdim_blocks(headdim, plan)
-    if statically_known_true(programs >= plan.walk_min_programs):
-        return True
-    long_enough = length >= plan.walk_min_chunks * plan.chunk
-    return plan.walk_min_chunks > 0 and statically_known_true(long_enough)
+    return cdiv(headdim, plan.walk_block_p) * cdiv(dstate, plan.walk_block_n)
 
 
 # --- shared by the walks --------------------------------------------------------------------------
@@ -122,7 +100,7 @@ def _chunk_decays(
     return b_d, b_cs, b_e, b_k, s_last
 
 
-# --- the chunk states (the split forward's and the backward's) and their gradients --------------
+# --- the chunk states (the forward's and the backward's) and their gradients --------------------
 
 
 @triton.jit
@@ -161,7 +139,7 @@ def _ssd_scan_states_walk_kernel(
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
 ):
     """Note [SSD Triton walking backward], the states; also the forward's first launch (Note
-    [SSD Triton split forward])."""
+    [SSD Triton forward], 1)."""
     i_bh = tl.program_id(0).to(tl.int64)
     i_p = tl.program_id(1)
     i_n = tl.program_id(2)
@@ -288,24 +266,25 @@ def launch_states(
     f32_dot: bool,
     forward: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``triton_fwd.recompute_states`` by walking: (dtp, cs, states entering each chunk) on
-    contiguous operands; ``final`` written; at the states walk's tile (``plan.states_walk_*``).
-    ``forward``: the split forward's chunk and its states in x's dtype where the plan says so;
-    else the backward's chunk and its states (float32, or x's dtype by ``plan.bwd_states_16``)."""
+    """The states walk: (dtp, cs, states entering each chunk) on contiguous operands; ``final``
+    written; at the states walk's tile (``plan.states_walk_*``). ``forward``: the forward's chunk
+    (``plan.fwd_chunk``) and its states in x's dtype where the plan says so; else the
+    backward's chunk and its states (float32, or x's dtype by ``plan.bwd_states_16``)."""
     batch, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
     Q, sdtype = plan.chunk, torch.float32
     if not forward and plan.bwd_states_16:
         sdtype = x.dtype
     if forward:
-        Q = plan.split_chunk
-        sdtype = x.dtype if plan.split_states_16 else torch.float32
+        Q = plan.fwd_chunk
+        sdtype = x.dtype if plan.fwd_states_16 else torch.float32
     bp, bn = plan.states_walk_block_p, plan.states_walk_block_n
     NC = cdiv(L, Q)
     f32, dev = torch.float32, x.device
     dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
     cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
-    # allocated flat: see triton_fwd.recompute_states
+    # (batch, NC, H, P, N), allocated flat: NC is 1 for L <= Q, and a dimension that may be 1
+    # makes the traced launch's view(-1) guard it against 1, splitting a dynamic-L export there
     states = torch.empty((batch * NC * H * P * N,), dtype=sdtype, device=dev)
     grid = (batch * H, cdiv(P, bp), cdiv(N, bn))
     launcher(_ssd_scan_states_walk_kernel)[grid](
@@ -337,7 +316,7 @@ def launch_dstates(
     NC = cdiv(L, plan.chunk)
     dstates = torch.empty_like(states)
     nblk = dstates_blocks(P, N, plan)
-    grid = (batch * H, headdim_blocks(P, plan), cdiv(N, plan.walk_block_n))
+    grid = (batch * H, cdiv(P, plan.walk_block_p), cdiv(N, plan.walk_block_n))
     launcher(_ssd_scan_dstates_walk_kernel)[grid](
         dout, z, C, seg, cs, states, dfinal, dinit, dstates, dk, L, H, P, G, N, NC, nblk,
         HAS_Z=z is not None, HAS_SEG=seg is not None, HAS_DFINAL=dfinal is not None,
