@@ -39,6 +39,9 @@ def kernel_times(fn, kw: dict, iters: int) -> dict[str, float]:
     dout = torch.randn_like(kw["x"])
 
     def step() -> None:
+        for t in leaves.values():  # no accumulation into .grad (an add kernel per input)
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.grad = None
         out, final = fn(leaves, True)
         outs, grads = [out], [dout]
         if final is not None:

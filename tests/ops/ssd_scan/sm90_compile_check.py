@@ -123,35 +123,30 @@ def main() -> None:
                         _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags}",
                                triton_walk._ssd_scan_dstates_walk_kernel, vals_d, plan.warps_walk,
                                plan.walk_stages)  # fmt: skip
-                for has_da in (False, True):  # da's decay-matrix term in dB / dC, or in dx / dt
-                    vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
-                                dt_bias="*fp32" if flags else None, A="*fp32",
-                                Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
-                                seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
-                                states=f"*{bst}", dstates=f"*{bst}", dk="*fp32",
-                                cb="*fp32" if flags or has_da else None,
-                                da="*fp32" if has_da else None, dx=f"*{t}",
-                                dz=f"*{t}" if flags else None, ddt="*fp32",
-                                dD="*fp32" if flags else None, dA="*fp32", **sizes,
-                                SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags,
-                                HAS_D=flags, D_PER_HEAD=False, HAS_Z=flags, HAS_SEG=flags,
-                                HAS_CB=flags or has_da, HAS_DA=has_da,
-                                STATE_DOT_16=bst != "fp32",
-                                BLOCK_N=plan.block_n, BLOCK_K=8, **common)  # fmt: skip
-                    _check(f"dx {t} f32_dot={f32_dot} flags={flags} states={bst} da={has_da}",
-                           triton_bwd._ssd_scan_bwd_dx_kernel, vals, plan.warps_dx, plan.stages)  # fmt: skip
-                    vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", A="*fp32",
-                                B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
-                                cs="*fp32",
-                                states=f"*{bst}", dstates=f"*{bst}", dB="*fp32", dC="*fp32",
-                                cb="*fp32" if has_da else None,
-                                da="*fp32" if has_da else None, **sizes,
-                                NS=3, HS=plan.dbc_heads, HAS_Z=flags, HAS_SEG=flags,
-                                HAS_DA=has_da,
-                                **dict(common, BLOCK_P=plan.dbc_block_p,
-                                       BLOCK_N=plan.dbc_block_n))  # fmt: skip
-                    _check(f"dbc {t} f32_dot={f32_dot} flags={flags} da={has_da}",
-                           triton_bwd._ssd_scan_bwd_dbc_kernel, vals, plan.warps_dbc, plan.stages)  # fmt: skip
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
+                            dt_bias="*fp32" if flags else None, A="*fp32",
+                            Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
+                            seg="*i64" if flags else None, dtp="*fp32", cs="*fp32",
+                            states=f"*{bst}", dstates=f"*{bst}", dk="*fp32",
+                            cb="*fp32" if flags else None, dx=f"*{t}",
+                            dz=f"*{t}" if flags else None, ddt="*fp32",
+                            dD="*fp32" if flags else None, dA="*fp32", **sizes,
+                            SOFTPLUS=flags, HAS_BIAS=flags, HAS_MIN=flags, HAS_MAX=flags,
+                            HAS_D=flags, D_PER_HEAD=False, HAS_Z=flags, HAS_SEG=flags,
+                            HAS_CB=flags,
+                            STATE_DOT_16=bst != "fp32",
+                            BLOCK_N=plan.block_n, BLOCK_K=8, **common)  # fmt: skip
+                _check(f"dx {t} f32_dot={f32_dot} flags={flags} states={bst}",
+                       triton_bwd._ssd_scan_bwd_dx_kernel, vals, plan.warps_dx, plan.stages)  # fmt: skip
+                vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", A="*fp32",
+                            B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, dtp="*fp32",
+                            cs="*fp32",
+                            states=f"*{bst}", dstates=f"*{bst}", dB="*fp32", dC="*fp32", **sizes,
+                            NS=3, HS=plan.dbc_heads, HAS_Z=flags, HAS_SEG=flags,
+                            **dict(common, BLOCK_P=plan.dbc_block_p,
+                                   BLOCK_N=plan.dbc_block_n))  # fmt: skip
+                _check(f"dbc {t} f32_dot={f32_dot} flags={flags}",
+                       triton_bwd._ssd_scan_bwd_dbc_kernel, vals, plan.warps_dbc, plan.stages)  # fmt: skip
         # the forward: its states walk and output kernel at their tiles
         st = t if plan.fwd_states_16 else "fp32"
         for flags in (True, False):

@@ -34,12 +34,12 @@ def test_check_only_on_cpu(problem):
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="runs the launchers under TRITON_INTERPRET=1 (set without a GPU)")  # fmt: skip
 def test_plan_variants_are_checked_too():
-    """``--plans``: ours by a changed plan (here C·Bᵀ per head and da's decay-matrix term from
-    the dB / dC kernel) runs through the same gate; an unknown plan field is refused by name."""
+    """``--plans``: ours by a changed plan (here C·Bᵀ per head and one head a program in the dB /
+    dC kernel) runs through the same gate; an unknown plan field is refused by name."""
     res = subprocess.run(
         [sys.executable, str(BENCH), "--device", "cpu", "--check-only", "--parts", "scan",
          "--problems", "full", "--shapes", "1,37,2,16,1,16",
-         "--plans", "other=cb_once:false,da_in_dbc:true"],
+         "--plans", "other=cb_once:false,dbc_heads:1"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"},
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr

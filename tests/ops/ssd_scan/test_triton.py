@@ -103,13 +103,11 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     plans = {"planned": plan}
     if plan is not None:
         # the forward at the backward's chunk; the dB / dC kernel two heads a program (partial
-        # sums over a group's splits); C Bᵀ (once per group or once per head), the dx / dt and
-        # dB / dC kernels' operand dtypes and where da's decay-matrix term is formed the other
-        # way than planned
+        # sums over a group's splits); C Bᵀ (once per group or once per head) and the dx / dt
+        # and dB / dC kernels' operand dtypes the other way than planned
         plans["other settings"] = dataclasses.replace(
             plan, fwd_chunk=plan.chunk, dbc_heads=2, cb_once=not plan.cb_once,
             dbc_f32_dot=not plan.dbc_f32_dot, dx_f32_dot=not plan.dx_f32_dot,
-            da_in_dbc=not plan.da_in_dbc,
         )  # fmt: skip
         if dtype != torch.float32:  # the backward's states the other way than planned
             plans["other states"] = dataclasses.replace(

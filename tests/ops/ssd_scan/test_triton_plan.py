@@ -173,4 +173,4 @@ def test_kernels_compile_for_sm90():
         [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
     )
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
-    assert res.stdout.count(": ok, regs") >= 60, res.stdout
+    assert res.stdout.count(": ok, regs") >= 44, res.stdout

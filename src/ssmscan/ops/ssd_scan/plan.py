@@ -79,10 +79,6 @@ class SSDPlan:
         dx_f32_dot: the dx / dt kernel's matmul operands follow ``f32_dot``; else they are
             rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them; its sums, and the
             decays and their gradients, stay float32.
-        da_in_dbc: the dB / dC kernel, which forms each head's ``g Xᵀ`` for ``dC Bᵀ``, also
-            writes da's decay-matrix term (the reverse cumsum of ``g Xᵀ ∘ M``, its operands in
-            that kernel's dtype) and runs first; the dx / dt kernel reads it instead of
-            re-reading x, dout and z in a second loop over headdim for its own ``g Xᵀ``.
 
     Example:
         >>> SSDPlan(64, 32, 32, "ieee", 8, 8, 2).chunk
@@ -120,7 +116,6 @@ class SSDPlan:
     bwd_states_16: bool = False
     dbc_f32_dot: bool = True
     dx_f32_dot: bool = True
-    da_in_dbc: bool = False
 
 
 def _pad(n: int) -> int:

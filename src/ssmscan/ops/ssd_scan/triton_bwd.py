@@ -27,9 +27,8 @@ storing (the forward saves only its inputs), in four or five launches:
    first, its (CHUNK, CHUNK) tile spilled registers; the first sum a reverse ``tl.cumsum`` over
    i of the tile, then a masked row sum, ``e``'s term entering it as row i = last; ``w``'s a
    reverse cumsum): no difference of large sums, where summing ``dcs`` and then its reverse
-   cumsum would cancel the diagonal's. With ``plan.da_in_dbc`` the first sum comes from 5
-   instead, which then runs first: it forms each head's ``g Xᵀ`` for ``dCB`` anyway, and this
-   kernel drops its second loop (``e``'s term then a masked row sum of its own). Then
+   cumsum would cancel the diagonal's. (Taking the first sum from 5, which forms each head's
+   ``g Xᵀ`` for ``dCB`` anyway, dropped this kernel's second loop but was slower: RESULTS.) Then
    ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
 5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group x split of its heads,
    dstate block; ``plan.dbc_heads`` heads a split, the whole dstate up to 128 for 16-bit
@@ -89,8 +88,6 @@ def _ssd_scan_bwd_dx_kernel(
     # state
     dk,  # (batch, nheads, NC, NBLK) fp32 partial sums of the carries' gradients
     cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 C Bᵀ of each chunk and group (HAS_CB)
-    da,  # (batch, nheads, NC * CHUNK) fp32 the decay matrix's term of da from the dB / dC
-    # kernel (HAS_DA)
     dx,  # (batch, L, nheads, headdim) output, x's dtype
     dz,  # (batch, L, nheads, headdim) output, z's dtype (HAS_Z)
     ddt,  # (batch, L, nheads) fp32 output: gradient of the raw time step
@@ -114,7 +111,6 @@ def _ssd_scan_bwd_dx_kernel(
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_CB: tl.constexpr,  # read C Bᵀ from cb instead of computing it
-    HAS_DA: tl.constexpr,  # read da's decay-matrix term instead of computing g Xᵀ
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -230,33 +226,25 @@ def _ssd_scan_bwd_dx_kernel(
             o_dD = ((i_b * NC + i_c) * H + i_h) * P + o_p
             tl.store(dD + o_dD, tl.sum(b_g * b_x, 0), mask=m_p)
         tl.store(dx + o_x, b_dx.to(dx.dtype.element_ty), mask=m_x)
-    if HAS_DA:
-        # the decay matrix's pairs from the dB / dC kernel, w_end's over j < k
-        b_da = tl.load(da + o_hq) + tl.sum(
-            tl.where(o_i[None, :] < o_i[:, None], b_tend[None, :], 0.0), 1
+    b_gx = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)  # g Xᵀ
+    for p0 in range(0, P, BLOCK_P):
+        o_p = p0 + tl.arange(0, BLOCK_P)
+        o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
+        m_x = m_t[:, None] & (o_p < P)[None, :]
+        b_X = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32) * b_d[:, None]
+        b_g = tl.load(dout + o_x, mask=m_x, other=0.0).to(tl.float32)
+        if HAS_Z:
+            b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
+            b_g = b_g * b_z * tl.sigmoid(b_z)
+        b_gx += _dot(
+            _cast(b_g, DOT, EMULATE), tl.trans(_cast(b_X, DOT, EMULATE)), PRECISION, EMULATE
         )
-    else:
-        b_gx = tl.zeros((CHUNK, CHUNK), dtype=tl.float32)  # g Xᵀ
-        for p0 in range(0, P, BLOCK_P):
-            o_p = p0 + tl.arange(0, BLOCK_P)
-            o_x = ((i_b * L + o_t[:, None]) * H + i_h) * P + o_p[None, :]
-            m_x = m_t[:, None] & (o_p < P)[None, :]
-            b_X = tl.load(x + o_x, mask=m_x, other=0.0).to(tl.float32) * b_d[:, None]
-            b_g = tl.load(dout + o_x, mask=m_x, other=0.0).to(tl.float32)
-            if HAS_Z:
-                b_z = tl.load(z + o_x, mask=m_x, other=0.0).to(tl.float32)
-                b_g = b_g * b_z * tl.sigmoid(b_z)
-            b_gx += _dot(
-                _cast(b_g, DOT, EMULATE), tl.trans(_cast(b_X, DOT, EMULATE)), PRECISION, EMULATE
-            )
-        # da_k, the gradient of the k-th increment of cs, sums the terms that contain it: the decay
-        # matrix's over the pairs j < k <= i (w_end's term is the last row's, i = CHUNK - 1),
-        # w_start's over i >= k, the carry's always; no difference of large sums
-        b_dlog = b_gx * b_M.to(tl.float32) + tl.where(
-            o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0
-        )
-        b_dlog = tl.cumsum(b_dlog, 0, reverse=True)  # [k, j]: sum over i >= k
-        b_da = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)  # j < k
+    # da_k, the gradient of the k-th increment of cs, sums the terms that contain it: the decay
+    # matrix's over the pairs j < k <= i (w_end's term is the last row's, i = CHUNK - 1),
+    # w_start's over i >= k, the carry's always; no difference of large sums
+    b_dlog = b_gx * b_M.to(tl.float32) + tl.where(o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0)
+    b_dlog = tl.cumsum(b_dlog, 0, reverse=True)  # [k, j]: sum over i >= k
+    b_da = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)  # j < k
     b_da += tl.cumsum(b_tstart, 0, reverse=True) + b_dk * b_k
     tl.store(dA + i_bh * NC + i_c, tl.sum(b_da * b_d, 0))
     b_dd = b_da * tl.load(A + i_h).to(tl.float32) + b_ddt
@@ -294,8 +282,6 @@ def _ssd_scan_bwd_dbc_kernel(
     dB,  # (batch, L, ngroups, dstate) output, B's dtype; (batch, L, ngroups, NS, dstate) fp32
     # partial sums over each split of the group's heads when NS > 1
     dC,  # as dB, C's dtype
-    cb,  # (batch, ngroups, NC, CHUNK, CHUNK) fp32 C Bᵀ of each chunk and group (HAS_DA)
-    da,  # (batch, nheads, NC * CHUNK) fp32 output: the decay matrix's term of da (HAS_DA)
     L,  # time steps
     H,  # nheads
     P,  # headdim
@@ -306,7 +292,6 @@ def _ssd_scan_bwd_dbc_kernel(
     HS,  # heads per split
     HAS_Z: tl.constexpr,
     HAS_SEG: tl.constexpr,
-    HAS_DA: tl.constexpr,  # also write da's decay-matrix term of each head (dstate block 0)
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -377,14 +362,7 @@ def _ssd_scan_bwd_dbc_kernel(
             b_dC += _dot(_cast(b_g * b_w[:, None], DOT, EMULATE), b_S, PRECISION, EMULATE)
             b_dB += _dot(_cast(b_X * b_e[:, None], DOT, EMULATE), b_dS, PRECISION, EMULATE)
             b_gx += _dot(b_gd, tl.trans(b_Xd), PRECISION, EMULATE)
-        b_decay = _pair_decay(b_ld, b_s, CHUNK, HAS_SEG)
-        b_dcb += b_gx * b_decay
-        if HAS_DA:
-            if i_n == 0:  # the decay matrix's term of da (Note [SSD Triton backward], 4)
-                b_M = _cast(_load_cb(cb, i_b, i_g, i_c, G, NC, CHUNK) * b_decay, DOT, EMULATE)
-                b_dlog = tl.cumsum(b_gx * b_M.to(tl.float32), 0, reverse=True)
-                b_dap = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)
-                tl.store(da + o_hq, b_dap)
+        b_dcb += b_gx * _pair_decay(b_ld, b_s, CHUNK, HAS_SEG)
     b_dcbd = _cast(b_dcb, DOT, EMULATE)
     b_dC += _dot(b_dcbd, b_B, PRECISION, EMULATE)
     b_dB += _dot(tl.trans(b_dcbd), b_C, PRECISION, EMULATE)
@@ -475,64 +453,23 @@ def launch(
     dD = torch.empty((batch, NC, H, P), dtype=f32, device=dev) if D is not None else None
     dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)
     prec = precision(plan, x.dtype)
-    cb = chunk_cb(B, C, L, plan, Q, f32_dot) if plan.cb_once or plan.da_in_dbc else None
-    da = torch.empty((batch, H, NC * Q), dtype=f32, device=dev) if plan.da_in_dbc else None
-    if da is not None:  # da's decay-matrix term first, from the dB / dC kernel
-        _launch_dbc(x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB, dC, cb, da, plan,
-                    f32_dot)  # fmt: skip
+    block_n = plan.block_n
+    cb = chunk_cb(B, C, L, plan, Q, f32_dot) if plan.cb_once else None
     launcher(_ssd_scan_bwd_dx_kernel)[(NC, batch * H)](
-        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk, cb, da,
+        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk, cb,
         dx, grads.get("z"), ddt32, dD, dA32, L, H, P, G, N, NC, nblk,
         opts["dt_min"], opts["dt_max"], SOFTPLUS=opts["SOFTPLUS"], HAS_BIAS=opts["HAS_BIAS"],
         HAS_MIN=opts["HAS_MIN"], HAS_MAX=opts["HAS_MAX"], HAS_D=D is not None,
         D_PER_HEAD=D is not None and D.dim() == 1, HAS_Z=z is not None,
-        HAS_SEG=seg is not None, HAS_CB=cb is not None, HAS_DA=da is not None, CHUNK=Q,
-        BLOCK_P=plan.block_p, BLOCK_N=plan.block_n,
+        HAS_SEG=seg is not None, HAS_CB=cb is not None, CHUNK=Q, BLOCK_P=plan.block_p,
+        BLOCK_N=block_n,
         BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
         F32_DOT=f32_dot and plan.dx_f32_dot,
         STATE_DOT_16=states.dtype != f32 and B.dtype == C.dtype == states.dtype,
         EMULATE=plan.emulate, num_warps=plan.warps_dx,
         num_stages=plan.stages,
     )  # fmt: skip
-    if da is None:
-        _launch_dbc(x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB, dC, None, None, plan,
-                    f32_dot)  # fmt: skip
-    dA.copy_(dA32.sum(dim=(0, 2)))
-    ddt.copy_(ddt32)
-    if dD is not None and D is not None:
-        dDs = dD.sum(dim=(0, 1))
-        grads["D"].copy_(dDs if D.dim() == 2 else dDs.sum(-1))
-    if dt_bias is not None:
-        grads["dt_bias"].copy_(ddt32.sum(dim=(0, 1)))
-
-
-def _launch_dbc(
-    x: torch.Tensor,
-    z: torch.Tensor | None,
-    dout: torch.Tensor,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    C: torch.Tensor,
-    seg: torch.Tensor | None,
-    dtp: torch.Tensor,
-    cs: torch.Tensor,
-    states: torch.Tensor,
-    dstates: torch.Tensor,
-    dB: torch.Tensor,
-    dC: torch.Tensor,
-    cb: torch.Tensor | None,
-    da: torch.Tensor | None,
-    plan: SSDPlan,
-    f32_dot: bool,
-) -> None:
-    """The dB / dC kernel into dB and dC (Note [SSD Triton backward], 5), and da's decay-matrix
-    term into ``da`` (with ``cb``, C Bᵀ once per group) when given."""
-    batch, L, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    Q = plan.chunk
-    NC = cdiv(L, Q)
-    f32, dev = torch.float32, x.device
-    hs = min(plan.dbc_heads, H // G)  # heads per program
+    hs = min(plan.dbc_heads, H // G)  # heads per program of the dB / dC kernel
     ns = cdiv(H // G, hs)
     dB_out, dC_out = dB, dC
     if ns > 1:  # partial sums per split of a group's heads, then one deterministic sum
@@ -540,15 +477,22 @@ def _launch_dbc(
         dC_out = torch.empty_like(dB_out)
     dbc_n = plan.dbc_block_n
     launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G * ns, cdiv(N, dbc_n))](
-        x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB_out, dC_out, cb, da, L, H, P, G,
-        N, NC, ns, hs, HAS_Z=z is not None, HAS_SEG=seg is not None, HAS_DA=da is not None,
-        CHUNK=Q, BLOCK_P=plan.dbc_block_p, BLOCK_N=dbc_n, PRECISION=precision(plan, x.dtype),
-        F32_DOT=f32_dot and plan.dbc_f32_dot, EMULATE=plan.emulate,
+        x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB_out, dC_out, L, H, P, G, N, NC,
+        ns, hs, HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.dbc_block_p,
+        BLOCK_N=dbc_n, PRECISION=prec, F32_DOT=f32_dot and plan.dbc_f32_dot,
+        EMULATE=plan.emulate,
         num_warps=plan.warps_dbc, num_stages=plan.stages,
     )  # fmt: skip
     if ns > 1:
         dB.copy_(dB_out.sum(dim=3))
         dC.copy_(dC_out.sum(dim=3))
+    dA.copy_(dA32.sum(dim=(0, 2)))
+    ddt.copy_(ddt32)
+    if dD is not None and D is not None:
+        dDs = dD.sum(dim=(0, 1))
+        grads["D"].copy_(dDs if D.dim() == 2 else dDs.sum(-1))
+    if dt_bias is not None:
+        grads["dt_bias"].copy_(ddt32.sum(dim=(0, 1)))
 
 
 def _launch_host(*args: object) -> None:
