@@ -79,6 +79,11 @@ class SSDPlan:
         dx_f32_dot: the dx / dt kernel's matmul operands follow ``f32_dot``; else they are
             rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them; its sums, and the
             decays and their gradients, stay float32.
+        da_sums: the dx / dt kernel takes the decay matrix's part of the log-decays' gradient
+            as a difference of its row and column sums (a reverse cumsum of that difference)
+            instead of a reverse cumsum over the (chunk, chunk) tile and a masked row sum: fewer
+            instructions, but float32 keeps the difference to about 3e-4 of dA at strong decays
+            (Note [SSD Triton backward], 4).
 
     Example:
         >>> SSDPlan(64, 32, 32, "ieee", 8, 8, 2).chunk
@@ -116,6 +121,7 @@ class SSDPlan:
     bwd_states_16: bool = False
     dbc_f32_dot: bool = True
     dx_f32_dot: bool = True
+    da_sums: bool = False
 
 
 def _pad(n: int) -> int:
@@ -280,6 +286,12 @@ def _plan_ssd(
         # dstate 128) dx 7.0e-3, dA 8.3e-3, ddt 4.2e-3 (tolerance 1.5e-2). At 8 warps (no
         # spills) or headdim block 64 at 8 warps it was slower: 6.60 / 5.93 ms at 2.7b's size
         dx_f32_dot=dtype == torch.float32,
+        # 16-bit inputs: forward+backward 5.09 -> 4.92 ms at mamba2-2.7b's size, 3.07 -> 2.96 at
+        # -130m's (H100, bf16; the dx / dt kernel 1.84 -> 1.65 ms at 2.7b); worst errors against
+        # float64 unchanged at the interpreter's strong decays (A = -24, dt ~ 3: dA 7.4e-4,
+        # tolerance 1.5e-2). float32 keeps the tile's cumsum: this difference took dA to 3.2e-4
+        # there against the 1e-5 tolerance
+        da_sums=dtype != torch.float32,
     )
 
 

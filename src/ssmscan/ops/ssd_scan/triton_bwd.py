@@ -4,7 +4,8 @@ Note [SSD Triton backward]: README.md's Note [SSD chunked backward], recomputing
 storing (the forward saves only its inputs), in four or five launches:
 
 1. the states walk (``triton_walk``, Note [SSD Triton walking backward]): time steps,
-   log-decays ``cs`` and the state entering each chunk, at the backward's chunk;
+   log-decays ``cs`` in two float32 parts (Note [SSD two-float log-decays]) and the state
+   entering each chunk, at the backward's chunk;
 2. C·Bᵀ once per chunk and group (``triton_fwd.chunk_cb``, where the plan says so);
 3. the dstates walk, backwards over the chunks with the state's gradient on chip:
    ``dS_c = k_c dS_{c+1} + sum_j w_j g_j C_jᵀ`` (``g = dout silu(z)``, the gradient of y;
@@ -13,22 +14,23 @@ storing (the forward saves only its inputs), in four or five launches:
 4. ``_ssd_scan_bwd_dx_kernel``, one program per (chunk, batch x head), looping over headdim
    blocks (and dstate blocks inside): ``dX = Mᵀ g + e ∘ (B dS_{c+1}ᵀ)`` with
    ``M = C Bᵀ ∘ decay`` and ``X = dt x``; dx, dz, the partial sums of dD; and the gradient of
-   the log-decays' increments ``a_k = dt_k A``. Each decay is the exponential of a sum of its
-   own increments: ``decay_ij = exp(sum_{j<k<=i} a_k)`` and ``e_j = exp(sum_{k>j} a_k)`` (a
-   ``tl.cumsum`` over the (CHUNK, CHUNK) tile, ``_pair_log_decays``), never a float32 difference
-   ``cs_i - cs_j`` of cumulative sums, which reach thousands within a chunk at strong decays
-   (dt of a few units, A near -24) and there keep no digit of a decay near 1. So ``a_k``'s
+   the log-decays' increments ``a_k = dt_k A``. The decays ``decay_ij = exp(cs_i - cs_j)`` and
+   ``e_j = exp(cs_last - cs_j)`` come from the two-float ``cs`` (``_split_log_decays``), whose
+   differences keep their digits where float32 cumulative sums reach thousands. ``a_k``'s
    gradient sums the terms that contain it, each once:
 
        da_k = sum_{i>=k, j<k} (g Xᵀ ∘ M)_ij + sum_{j<k} X_j · (e ∘ B dS_{c+1}ᵀ)_j
               + sum_{i>=k} g_i · (w ∘ C S_cᵀ)_i + dk_c k_c
 
    (``g Xᵀ`` from a second loop over headdim blocks, re-reading x, dout and z: accumulated in the
-   first, its (CHUNK, CHUNK) tile spilled registers; the first sum a reverse ``tl.cumsum`` over
-   i of the tile, then a masked row sum, ``e``'s term entering it as row i = last; ``w``'s a
-   reverse cumsum): no difference of large sums, where summing ``dcs`` and then its reverse
-   cumsum would cancel the diagonal's. (Taking the first sum from 5, which forms each head's
-   ``g Xᵀ`` for ``dCB`` anyway, dropped this kernel's second loop but was slower: RESULTS.) Then
+   first, its (CHUNK, CHUNK) tile spilled registers; ``w``'s sum a reverse cumsum). The first
+   sum: for float32 inputs a reverse ``tl.cumsum`` over i of the tile, then a masked row sum,
+   ``e``'s term entering it as row i = last, each da_k a sum over its own pairs; for 16-bit
+   inputs (``plan.da_sums``) telescoped into the reverse cumsum of the tile's row sums less its
+   column sums, strictly below the diagonal (the diagonal's terms, the largest, would cancel),
+   which is cheaper than the tile's cumsum but a difference of sums: float32 keeps it to about
+   3e-4 of dA at strong decays. (Taking the first sum from 5, which forms each head's ``g Xᵀ``
+   for ``dCB`` anyway, dropped this kernel's second loop but was slower: RESULTS.) Then
    ``dA += sum da dt``, ``d(dt) = da A + sum_p dX x`` through the clamp and the softplus;
 5. ``_ssd_scan_bwd_dbc_kernel``, one program per (chunk, batch x group x split of its heads,
    dstate block; ``plan.dbc_heads`` heads a split, the whole dstate up to 128 for 16-bit
@@ -38,6 +40,17 @@ storing (the forward saves only its inputs), in four or five launches:
    ``torch.sum`` of their float32 partials: no atomics, deterministic).
 
 dA, dD and ddt_bias are sums of per-program partials taken with ``torch.sum`` (deterministic).
+
+Note [SSD two-float log-decays]: within a chunk ``cs_i = sum_{k<=i} dt_k A`` reaches thousands
+at strong decays (dt of a few units, A near -24), and a float32 difference ``cs_i - cs_j`` of
+such sums keeps no digit of a decay near 1. The backward's states walk sums the float32
+increments in float64 and stores ``cs`` rounded to float32 with the remainder ``lo`` (float32):
+``cs_i - cs_j`` is then ``(cs_i - cs_j) + (lo_i - lo_j)``, the first difference rounded once to
+half an ulp of itself (exact where the two are within a factor two, Sterbenz), the second tiny:
+a decay's relative error about float32's epsilon times its own log, however large cs grows.
+Elementwise, where summing each pair's own increments took a
+``tl.cumsum`` over the (CHUNK, CHUNK) tile per head and kernel (the forward's output kernel
+still does: RESULTS).
 """
 
 from __future__ import annotations
@@ -59,13 +72,23 @@ from ssmscan.ops.ssd_scan.triton_fwd import (
     _last,
     _load_cb,
     _pair_decay,
-    _pair_log_decays,
     _segments,
     _softplus,
     chunk_cb,
     dt_flags,
     precision,
 )
+
+
+@triton.jit
+def _split_log_decays(b_cs, b_lo, CHUNK: tl.constexpr):
+    """(CHUNK, CHUNK) ``[i, j] = cs_i - cs_j`` for j < i (0 on and above the diagonal) and
+    (CHUNK,) ``cs_last - cs_j``, from cs in two float32 parts (Note [SSD two-float
+    log-decays])."""
+    o_i = tl.arange(0, CHUNK)
+    b_ld = (b_cs[:, None] - b_cs[None, :]) + (b_lo[:, None] - b_lo[None, :])
+    b_end = (_last(b_cs, CHUNK) - b_cs) + (_last(b_lo, CHUNK) - b_lo)
+    return tl.where(o_i[:, None] > o_i[None, :], b_ld, 0.0), b_end
 
 
 @triton.jit
@@ -82,6 +105,7 @@ def _ssd_scan_bwd_dx_kernel(
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    cslo,  # (batch, nheads, NC * CHUNK) fp32 low parts of cs
     states,  # (batch, NC, nheads, headdim, dstate) fp32 (or x's dtype: plan.bwd_states_16)
     # state entering each chunk
     dstates,  # (batch, NC, nheads, headdim, dstate) states' dtype: gradient of each chunk's own
@@ -120,6 +144,7 @@ def _ssd_scan_bwd_dx_kernel(
     STATE_DOT_16: tl.constexpr,  # states, dstates, B and C all in one 16-bit dtype: C Sᵀ and
     # B dSᵀ multiply them as they are (exact products, float32 sums), whatever F32_DOT says
     EMULATE: tl.constexpr,  # the interpreter: _dot emulates the tensor cores' rounding
+    DA_SUMS: tl.constexpr,  # da's decay-matrix term by row and column sums (plan.da_sums)
 ):
     """dx, dz, d(dt) and the partials of dD, dA of one chunk and head (Note [SSD Triton
     backward], 4)."""
@@ -139,9 +164,9 @@ def _ssd_scan_bwd_dx_kernel(
     b_cs = tl.load(cs + o_hq)
     b_d = tl.load(dtp + o_hq)
     cs_last = _last(b_cs, CHUNK)
-    b_ld = _pair_log_decays(b_d, tl.load(A + i_h).to(tl.float32), CHUNK)
+    b_ld, b_end = _split_log_decays(b_cs, tl.load(cslo + o_hq), CHUNK)
     b_w = tl.exp(b_cs)
-    b_e = tl.exp(tl.sum(tl.where(o_i[:, None] == CHUNK - 1, b_ld, 0.0), 0))  # exp(cs_last - cs_j)
+    b_e = tl.exp(b_end)
     b_k = tl.exp(cs_last)
     b_s = o_i  # unused without segments
     if HAS_SEG:
@@ -241,10 +266,21 @@ def _ssd_scan_bwd_dx_kernel(
         )
     # da_k, the gradient of the k-th increment of cs, sums the terms that contain it: the decay
     # matrix's over the pairs j < k <= i (w_end's term is the last row's, i = CHUNK - 1),
-    # w_start's over i >= k, the carry's always; no difference of large sums
-    b_dlog = b_gx * b_M.to(tl.float32) + tl.where(o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0)
-    b_dlog = tl.cumsum(b_dlog, 0, reverse=True)  # [k, j]: sum over i >= k
-    b_da = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)  # j < k
+    # w_start's over i >= k, the carry's always
+    if DA_SUMS:
+        # the decay matrix's term telescoped: with T = g Xᵀ ∘ M strictly below the diagonal,
+        # sum_{i>=k, j<k} T_ij = sum_{m>=k} (sum_{j<m} T_mj - sum_{i>m} T_im), two reductions
+        # and a (CHUNK,) cumsum instead of a (CHUNK, CHUNK) one; a difference of row and column
+        # sums, which float32 keeps to about 3e-4 of dA at strong decays (16-bit inputs only)
+        b_T = tl.where(o_i[:, None] > o_i[None, :], b_gx * b_M.to(tl.float32), 0.0)
+        b_da = tl.cumsum(tl.sum(b_T, 1) - tl.sum(b_T, 0), 0, reverse=True)
+        b_da += tl.cumsum(b_tend, 0) - b_tend  # w_end's: sum_{j<k} tend_j
+    else:
+        # each da_k a sum over its own pairs: no difference of large sums
+        b_dlog = b_gx * b_M.to(tl.float32)
+        b_dlog += tl.where(o_i[:, None] == CHUNK - 1, b_tend[None, :], 0.0)
+        b_dlog = tl.cumsum(b_dlog, 0, reverse=True)  # [k, j]: sum over i >= k
+        b_da = tl.sum(tl.where(o_i[None, :] < o_i[:, None], b_dlog, 0.0), 1)  # j < k
     b_da += tl.cumsum(b_tstart, 0, reverse=True) + b_dk * b_k
     tl.store(dA + i_bh * NC + i_c, tl.sum(b_da * b_d, 0))
     b_dd = b_da * tl.load(A + i_h).to(tl.float32) + b_ddt
@@ -269,12 +305,12 @@ def _ssd_scan_bwd_dbc_kernel(
     x,  # (batch, L, nheads, headdim)
     z,  # (batch, L, nheads, headdim) gate (HAS_Z)
     dout,  # (batch, L, nheads, headdim)
-    A,  # (nheads,)
     B,  # (batch, L, ngroups, dstate)
     C,  # (batch, L, ngroups, dstate)
     seg,  # (batch, L) int64 segment ids (HAS_SEG)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk
+    cslo,  # (batch, nheads, NC * CHUNK) fp32 low parts of cs
     states,  # (batch, NC, nheads, headdim, dstate) fp32 (or x's dtype: plan.bwd_states_16)
     # state entering each chunk
     dstates,  # (batch, NC, nheads, headdim, dstate) states' dtype: gradient of each chunk's own
@@ -333,9 +369,9 @@ def _ssd_scan_bwd_dbc_kernel(
         o_hq = (i_b * H + i_h) * NC * CHUNK + i_c * CHUNK + o_i
         b_cs = tl.load(cs + o_hq)
         b_d = tl.load(dtp + o_hq)
-        b_ld = _pair_log_decays(b_d, tl.load(A + i_h).to(tl.float32), CHUNK)
+        b_ld, b_end = _split_log_decays(b_cs, tl.load(cslo + o_hq), CHUNK)
         b_w = tl.exp(b_cs)
-        b_e = tl.exp(tl.sum(tl.where(o_i[:, None] == CHUNK - 1, b_ld, 0.0), 0))
+        b_e = tl.exp(b_end)
         if HAS_SEG:
             b_w = tl.where(b_s == s_prev, b_w, 0.0)
             b_e = tl.where(b_s == s_last, b_e, 0.0)
@@ -443,8 +479,8 @@ def launch(
     Q = plan.chunk
     NC = cdiv(L, Q)
     # Note [SSD Triton walking backward]
-    dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final, opts, plan,
-                                                f32_dot)  # fmt: skip
+    dtp, cs, cslo, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final,
+                                                      opts, plan, f32_dot)  # fmt: skip
     nblk = triton_walk.dstates_blocks(int(P), int(N), plan)
     dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
     dstates = triton_walk.launch_dstates(dout, z, C, seg, cs, states, dfinal,
@@ -456,7 +492,7 @@ def launch(
     block_n = plan.block_n
     cb = chunk_cb(B, C, L, plan, Q, f32_dot) if plan.cb_once else None
     launcher(_ssd_scan_bwd_dx_kernel)[(NC, batch * H)](
-        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, states, dstates, dk, cb,
+        x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, cslo, states, dstates, dk, cb,
         dx, grads.get("z"), ddt32, dD, dA32, L, H, P, G, N, NC, nblk,
         opts["dt_min"], opts["dt_max"], SOFTPLUS=opts["SOFTPLUS"], HAS_BIAS=opts["HAS_BIAS"],
         HAS_MIN=opts["HAS_MIN"], HAS_MAX=opts["HAS_MAX"], HAS_D=D is not None,
@@ -466,7 +502,7 @@ def launch(
         BLOCK_K=max(next_pow2(nblk), 2), PRECISION=prec,
         F32_DOT=f32_dot and plan.dx_f32_dot,
         STATE_DOT_16=states.dtype != f32 and B.dtype == C.dtype == states.dtype,
-        EMULATE=plan.emulate, num_warps=plan.warps_dx,
+        EMULATE=plan.emulate, DA_SUMS=plan.da_sums, num_warps=plan.warps_dx,
         num_stages=plan.stages,
     )  # fmt: skip
     hs = min(plan.dbc_heads, H // G)  # heads per program of the dB / dC kernel
@@ -477,7 +513,7 @@ def launch(
         dC_out = torch.empty_like(dB_out)
     dbc_n = plan.dbc_block_n
     launcher(_ssd_scan_bwd_dbc_kernel)[(NC, batch * G * ns, cdiv(N, dbc_n))](
-        x, z, dout, A, B, C, seg, dtp, cs, states, dstates, dB_out, dC_out, L, H, P, G, N, NC,
+        x, z, dout, B, C, seg, dtp, cs, cslo, states, dstates, dB_out, dC_out, L, H, P, G, N, NC,
         ns, hs, HAS_Z=z is not None, HAS_SEG=seg is not None, CHUNK=Q, BLOCK_P=plan.dbc_block_p,
         BLOCK_N=dbc_n, PRECISION=prec, F32_DOT=f32_dot and plan.dbc_f32_dot,
         EMULATE=plan.emulate,

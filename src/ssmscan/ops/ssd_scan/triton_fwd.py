@@ -410,8 +410,9 @@ def launch(
 
     # Note [SSD Triton forward]: the states walk, then the output kernel
     f32_dot = plan.fwd_f32_dot and x.dtype != torch.float32
-    dtp, cs, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final_states,
-                                                opts, plan, f32_dot, forward=True)  # fmt: skip
+    dtp, cs, _, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg,
+                                                   final_states, opts, plan, f32_dot,
+                                                   forward=True)  # fmt: skip
     chunk, block_p, block_n = plan.fwd_chunk, plan.out_block_p, plan.out_block_n
     NC = cdiv(L, chunk)
     grid = (NC, batch * H, cdiv(P, block_p))

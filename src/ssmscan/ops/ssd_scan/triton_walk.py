@@ -75,11 +75,13 @@ def _start_state(p_state, o_pn, m_pn, GIVEN: tl.constexpr, BLOCK_P: tl.constexpr
 def _chunk_decays(
     dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max,
     SOFTPLUS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MIN: tl.constexpr,
-    HAS_MAX: tl.constexpr, HAS_SEG: tl.constexpr, CHUNK: tl.constexpr,
+    HAS_MAX: tl.constexpr, HAS_SEG: tl.constexpr, CHUNK: tl.constexpr, HAS_LO: tl.constexpr,
 ):  # fmt: skip
-    """Chunk c's time steps (0 past L), ``cs = cumsum(dt A)``, ``e_j = dt_j exp(sum_{k>j} dt_k
-    A)`` masked to the chunk's last sequence, the chunk's decay ``exp(cs_last)`` (0 where a
-    sequence starts inside it) and the last step's segment (``s_prev`` without segments)."""
+    """Chunk c's time steps (0 past L), ``cs = cumsum(dt A)`` (HAS_LO: summed in float64 and
+    split in two float32 parts ``cs + lo``, Note [SSD two-float log-decays] in ``triton_bwd``),
+    ``e_j = dt_j exp(sum_{k>j} dt_k A)`` masked to the chunk's last sequence, the chunk's decay
+    ``exp(cs_last)`` (0 where a sequence starts inside it) and the last step's segment
+    (``s_prev`` without segments)."""
     o_i = tl.arange(0, CHUNK)
     o_t = c * CHUNK + o_i
     p_dt = dt + (i_b * L + o_t) * H + i_h
@@ -88,7 +90,13 @@ def _chunk_decays(
     m_next = (o_i < CHUNK - 1) & (o_t + 1 < L)
     b_dn = _time_step(p_dt + H, m_next, dt_bias + i_h, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
                       HAS_MIN, HAS_MAX)  # fmt: skip
-    b_cs = tl.cumsum(b_d * a, 0)
+    if HAS_LO:
+        b_cs64 = tl.cumsum((b_d * a).to(tl.float64), 0)
+        b_cs = b_cs64.to(tl.float32)
+        b_lo = (b_cs64 - b_cs.to(tl.float64)).to(tl.float32)
+    else:
+        b_cs = tl.cumsum(b_d * a, 0)
+        b_lo = b_cs  # unused
     b_e = b_d * tl.exp(tl.cumsum(b_dn * a, 0, reverse=True))
     b_k = tl.exp(_last(b_cs, CHUNK))
     s_last = s_prev
@@ -97,7 +105,7 @@ def _chunk_decays(
         s_last = tl.load(seg + i_b * L + tl.minimum(c * CHUNK + CHUNK - 1, L - 1))
         b_e = tl.where(b_s == s_last, b_e, 0.0)
         b_k = tl.where(s_last == s_prev, b_k, 0.0)
-    return b_d, b_cs, b_e, b_k, s_last
+    return b_d, b_cs, b_lo, b_e, b_k, s_last
 
 
 # --- the chunk states (the forward's and the backward's) and their gradients --------------------
@@ -114,6 +122,7 @@ def _ssd_scan_states_walk_kernel(
     init,  # (batch, nheads, headdim, dstate) initial state (HAS_INIT)
     dtp,  # (batch, nheads, NC * CHUNK) fp32 time step, 0 past L: output
     cs,  # (batch, nheads, NC * CHUNK) fp32 cumsum of dt * A within each chunk: output
+    cslo,  # (batch, nheads, NC * CHUNK) fp32 low parts of cs, output (HAS_LO)
     states,  # (batch, NC, nheads, headdim, dstate) fp32 or x's dtype: the state entering each
     # chunk, output
     final,  # (batch, nheads, headdim, dstate) fp32 output
@@ -131,6 +140,7 @@ def _ssd_scan_states_walk_kernel(
     HAS_MAX: tl.constexpr,
     HAS_SEG: tl.constexpr,
     HAS_INIT: tl.constexpr,
+    HAS_LO: tl.constexpr,  # write cslo (the backward's walk)
     CHUNK: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -158,14 +168,16 @@ def _ssd_scan_states_walk_kernel(
     for c in range(0, NC):
         o_t = c * CHUNK + o_i
         m_t = o_t < L
-        b_d, b_cs, b_e, b_k, s_prev = _chunk_decays(
+        b_d, b_cs, b_lo, b_e, b_k, s_prev = _chunk_decays(
             dt, dt_bias, a, seg, i_b, i_h, c, L, H, s_prev, dt_min, dt_max, SOFTPLUS, HAS_BIAS,
-            HAS_MIN, HAS_MAX, HAS_SEG, CHUNK,
+            HAS_MIN, HAS_MAX, HAS_SEG, CHUNK, HAS_LO,
         )  # fmt: skip
         if (i_p == 0) & (i_n == 0):
             o_hq = i_bh * NC * CHUNK + c * CHUNK + o_i
             tl.store(dtp + o_hq, b_d)
             tl.store(cs + o_hq, b_cs)
+            if HAS_LO:
+                tl.store(cslo + o_hq, b_lo)
         tl.store(states + ((i_b * NC + c) * H + i_h) * P * N + o_pn,
                  _cast(b_S, states.dtype.element_ty, EMULATE), mask=m_pn)  # fmt: skip
         o_x = ((i_b * L + o_t[None, :]) * H + i_h) * P + o_p[:, None]
@@ -265,9 +277,10 @@ def launch_states(
     plan: SSDPlan,
     f32_dot: bool,
     forward: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The states walk: (dtp, cs, states entering each chunk) on contiguous operands; ``final``
-    written; at the states walk's tile (``plan.states_walk_*``). ``forward``: the forward's chunk
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """The states walk: (dtp, cs, cs's low parts (the backward's; None for the forward), states
+    entering each chunk) on contiguous operands; ``final`` written; at the states walk's tile
+    (``plan.states_walk_*``). ``forward``: the forward's chunk
     (``plan.fwd_chunk``) and its states in x's dtype where the plan says so; else the
     backward's chunk and its states (float32, or x's dtype by ``plan.bwd_states_16``)."""
     batch, L, H, P = x.shape
@@ -283,17 +296,20 @@ def launch_states(
     f32, dev = torch.float32, x.device
     dtp = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
     cs = torch.empty((batch, H, NC * Q), dtype=f32, device=dev)
+    cslo = None if forward else torch.empty_like(cs)
     # (batch, NC, H, P, N), allocated flat: NC is 1 for L <= Q, and a dimension that may be 1
     # makes the traced launch's view(-1) guard it against 1, splitting a dynamic-L export there
     states = torch.empty((batch * NC * H * P * N,), dtype=sdtype, device=dev)
     grid = (batch * H, cdiv(P, bp), cdiv(N, bn))
     launcher(_ssd_scan_states_walk_kernel)[grid](
-        x, dt, dt_bias, A, B, seg, init, dtp, cs, states, final, L, H, P, G, N, NC, **dt_opts,
-        HAS_SEG=seg is not None, HAS_INIT=init is not None, CHUNK=Q, BLOCK_P=bp, BLOCK_N=bn,
+        x, dt, dt_bias, A, B, seg, init, dtp, cs, cslo, states, final, L, H, P, G, N, NC,
+        **dt_opts,
+        HAS_SEG=seg is not None, HAS_INIT=init is not None, HAS_LO=cslo is not None, CHUNK=Q,
+        BLOCK_P=bp, BLOCK_N=bn,
         PRECISION=precision(plan, x.dtype), F32_DOT=f32_dot, EMULATE=plan.emulate,
         num_warps=plan.warps_states_walk, num_stages=plan.states_walk_stages,
     )  # fmt: skip
-    return dtp, cs, states
+    return dtp, cs, cslo, states
 
 
 def launch_dstates(
