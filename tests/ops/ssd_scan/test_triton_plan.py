@@ -64,6 +64,16 @@ def test_backward_operands_in_16_bit_for_16_bit_inputs():
     assert (p.dx_f32_dot, p.dbc_f32_dot) == (True, True)
 
 
+def test_da_by_row_and_column_sums_for_16_bit_inputs_only():
+    """da's decay-matrix term by row and column sums (a difference of sums, about 3e-4 of dA at
+    strong decays) for 16-bit inputs; float32 inputs keep the tile's cumsum (their 1e-5
+    tolerance)."""
+    for dtype in (BF16, FP16):
+        assert plan_ssd(24, 64, 1, 128, dtype, H200).da_sums
+    assert not plan_ssd(24, 64, 1, 128, FP32, H200).da_sums
+    assert not plan_ssd(4, 4, 2, 8, FP32, INTERPRETED).da_sums
+
+
 def test_backward_states_in_16_bit_for_16_bit_inputs():
     """The walking backward stores its states and their gradients in x's dtype for 16-bit
     inputs (as mamba-ssm's backward does), in float32 for float32 inputs."""

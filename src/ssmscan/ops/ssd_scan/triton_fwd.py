@@ -25,7 +25,8 @@ Each decay inside a chunk is the exponential of a sum of its own increments, nev
 difference ``cs_i - cs_j`` of cumulative sums: these reach thousands within a chunk at strong
 decays (time steps of a few units, A near -24), where the difference keeps no digit of a decay
 near 1. ``exp(cs_j)`` (the state entering the chunk) and ``exp(cs_last)`` (the carry) take
-no difference.
+no difference. (The backward takes its decays elementwise from two-float log-decays instead,
+Note [SSD two-float log-decays] in ``triton_bwd``; in this kernel they measured slower: RESULTS.)
 
 Note [SSD C·Bᵀ once per group]: every head of a group shares B and C, so ``C_c B_cᵀ`` of a
 chunk is the same (CHUNK, CHUNK) product for all of them. Where the plan says so
