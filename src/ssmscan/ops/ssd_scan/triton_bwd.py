@@ -48,9 +48,9 @@ increments in float64 and stores ``cs`` rounded to float32 with the remainder ``
 ``cs_i - cs_j`` is then ``(cs_i - cs_j) + (lo_i - lo_j)``, the first difference rounded once to
 half an ulp of itself (exact where the two are within a factor two, Sterbenz), the second tiny:
 a decay's relative error about float32's epsilon times its own log, however large cs grows.
-Elementwise, where summing each pair's own increments took a
-``tl.cumsum`` over the (CHUNK, CHUNK) tile per head and kernel (the forward's output kernel
-still does: RESULTS).
+The decays are then elementwise, where summing each pair's own increments took a ``tl.cumsum``
+over the (CHUNK, CHUNK) tile per head and kernel (the forward's output kernel still does:
+RESULTS).
 """
 
 from __future__ import annotations
