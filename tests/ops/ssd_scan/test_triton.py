@@ -104,11 +104,12 @@ def _check(kw, dt_limit, dfinal_given, plan, dtype, seed):
     if plan is not None:
         # the forward at the backward's chunk; the dB / dC kernel two heads a program (partial
         # sums over a group's splits); C Bᵀ (once per group or once per head) and the dx / dt
-        # and dB / dC kernels' operand dtypes the other way than planned; da's decay-matrix
-        # term by the tile's cumsum
+        # and dB / dC kernels' and the walks' operand dtypes the other way than planned; da's
+        # decay-matrix term by the tile's cumsum
         plans["other settings"] = dataclasses.replace(
             plan, fwd_chunk=plan.chunk, dbc_heads=2, cb_once=not plan.cb_once,
             dbc_f32_dot=not plan.dbc_f32_dot, dx_f32_dot=not plan.dx_f32_dot,
+            walks_f32_dot=not plan.walks_f32_dot,
             da_sums=False,  # the tile's cumsum, which 16-bit inputs do not plan
         )  # fmt: skip
         if dtype != torch.float32:  # the backward's states the other way than planned

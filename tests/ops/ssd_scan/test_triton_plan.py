@@ -53,15 +53,15 @@ def test_plan_table(shape, expected):
 
 
 def test_backward_operands_in_16_bit_for_16_bit_inputs():
-    """The backward's dx / dt and dB / dC kernels round their matmul operands to x's dtype for
-    16-bit inputs (as mamba-ssm's backward does; their float32 sums keep dA and d(dt) within the
-    bf16 tolerance), and keep float32 operands for float32 inputs; the walks keep ``f32_dot``."""
+    """The backward's walks, dx / dt and dB / dC kernels round their matmul operands to x's
+    dtype for 16-bit inputs (as mamba-ssm's backward does; their float32 sums keep dA and d(dt)
+    within the bf16 tolerance), and keep float32 operands for float32 inputs."""
     for shape in ((24, 64, 1, 128, BF16, H200), (48, 64, 1, 128, FP16, H200),
                   (4, 4, 2, 8, BF16, INTERPRETED)):  # fmt: skip
         p = plan_ssd(*shape)
-        assert (p.f32_dot, p.dx_f32_dot, p.dbc_f32_dot) == (True, False, False), shape
+        assert (p.walks_f32_dot, p.dx_f32_dot, p.dbc_f32_dot) == (False, False, False), shape
     p = plan_ssd(24, 64, 1, 128, FP32, H200)
-    assert (p.dx_f32_dot, p.dbc_f32_dot) == (True, True)
+    assert (p.walks_f32_dot, p.dx_f32_dot, p.dbc_f32_dot) == (True, True, True)
 
 
 def test_da_by_row_and_column_sums_for_16_bit_inputs_only():
@@ -149,11 +149,12 @@ def test_dbc_table(shape, expected):
 
 # (nheads, headdim, dstate, dtype, facts) -> the forward (Note [SSD Triton forward]): (chunk,
 # states tile, its warps and stages, 16-bit states, float32 operands, output tile (headdim block,
-# dstate step), its warps). float32 keeps float32 states: fwd_states_16 applies to 16-bit inputs.
+# dstate step), its warps). float32 keeps float32 states: fwd_states_16 applies to 16-bit inputs;
+# and (64, 64) states tiles, where 16-bit inputs take the whole dstate up to 128.
 FORWARD_TABLE = [
-    ((80, 64, 128, BF16, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
-    ((24, 64, 128, FP16, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
-    ((32, 128, 256, BF16, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
+    ((80, 64, 128, BF16, H200), (64, (64, 128), 4, 2, True, False, (64, 64), 4)),
+    ((24, 64, 128, FP16, H200), (64, (64, 128), 4, 2, True, False, (64, 64), 4)),
+    ((32, 128, 256, BF16, H200), (64, (64, 128), 4, 2, True, False, (64, 64), 4)),
     ((48, 32, 16, BF16, H200), (64, (32, 16), 4, 2, True, False, (32, 16), 4)),
     ((24, 64, 128, FP32, H200), (64, (64, 64), 4, 2, True, False, (64, 64), 4)),
     ((4, 4, 8, BF16, INTERPRETED), (64, (16, 16), 4, 2, True, False, (16, 16), 4)),

@@ -38,13 +38,12 @@ class SSDPlan:
             "tf32").
         warps_dx, warps_dbc: ``num_warps`` of the dx / dt and dB / dC kernels.
         stages: ``num_stages`` of the dx / dt and dB / dC kernels.
-        f32_dot: matmul operands stay float32 (TF32 on the tensor cores) for 16-bit inputs,
-            instead of being rounded to x's dtype as mamba-ssm does, in the backward's walks and
-            C·Bᵀ (the forward, the dx / dt and dB / dC kernels follow their own fields): most
-            operands are derived (states, their gradients, the masked C·Bᵀ, dt·x), and rounding
-            all of them to bfloat16 took dA and ddt_bias to 1.7-2.3e-2 against the 1.5e-2
-            bfloat16 tolerance (L = 64..300, interpreter with the GPU's rounding emulated;
-            0.72e-2 at TF32).
+        f32_dot: matmul operands may stay float32 (TF32 on the tensor cores) for 16-bit
+            inputs, instead of being rounded to x's dtype as mamba-ssm does: the backward's
+            kernels where their own fields (``walks_f32_dot``, ``dx_f32_dot``, ``dbc_f32_dot``)
+            say so, and C·Bᵀ where B and C are not both 16-bit (16-bit B and C multiply as
+            they are: their products are exact either way). The planner rounds every operand
+            of 16-bit inputs now; each field's comment in ``_plan_ssd`` gives the errors.
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
         walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
@@ -79,6 +78,9 @@ class SSDPlan:
         dx_f32_dot: the dx / dt kernel's matmul operands follow ``f32_dot``; else they are
             rounded to x's dtype (16-bit inputs), as mamba-ssm rounds them; its sums, and the
             decays and their gradients, stay float32.
+        walks_f32_dot: the backward's walks' matmul operands (``x e`` and B in the states walk,
+            ``g w`` and C in the dstates walk) follow ``f32_dot``; else they are rounded to x's
+            dtype (16-bit inputs), as in the forward's states walk.
         da_sums: the dx / dt kernel takes the decay matrix's part of the log-decays' gradient
             as a difference of its row and column sums (a reverse cumsum of that difference)
             instead of a reverse cumsum over the (chunk, chunk) tile and a masked row sum: fewer
@@ -122,6 +124,7 @@ class SSDPlan:
     dbc_f32_dot: bool = True
     dx_f32_dot: bool = True
     da_sums: bool = False
+    walks_f32_dot: bool = True
 
 
 def _pad(n: int) -> int:
@@ -228,13 +231,15 @@ def _plan_ssd(
         walk_block_n=min(np_, 64),
         warps_walk=4,
         walk_stages=2,
-        # the states walk (the forward's and the backward's): (64, 64) tiles at 4 warps,
-        # 2 stages, the fastest of six for the forward on an H100 at mamba2-2.7b's and -130m's
-        # sizes (0.40 / 0.23 ms; (64, 128) at 8 warps 0.49 / 0.28, one stage 0.59 / 0.31); the
-        # backward's (float32 states, TF32 operands) 0.64 / 0.38 ms there against 1.09 / 0.64
-        # at the dstates walk's (64, 128) tile
+        # the states walk (the forward's and the backward's) at 4 warps, 2 stages: (64, 64)
+        # tiles were the fastest of six for the forward on an H100 at mamba2-2.7b's and -130m's
+        # sizes with its operands then (0.40 / 0.23 ms; (64, 128) at 8 warps 0.49 / 0.28, one
+        # stage 0.59 / 0.31). 16-bit inputs, with the backward's walks' operands 16-bit too:
+        # (64, 128) at 4 warps, forward 0.824 -> 0.791 ms and forward+backward 4.450 -> 4.319
+        # at 2.7b's size, 0.488 -> 0.483 and 2.655 -> 2.637 at 130m's (H100, bf16; at 8 warps
+        # 0.921 / 4.581, 0.537 / 2.747); float32's split operands keep (64, 64)
         states_walk_block_p=min(pp, 64),
-        states_walk_block_n=min(np_, 64),
+        states_walk_block_n=min(np_, 64 if dtype == torch.float32 else 128),
         warps_states_walk=4,
         states_walk_stages=2,
         # dB / dC: 8 heads a program (fp32 partial sums over a group's splits), the whole
@@ -292,6 +297,13 @@ def _plan_ssd(
         # tolerance 1.5e-2). float32 keeps the tile's cumsum: this difference took dA to 3.2e-4
         # there against the 1e-5 tolerance
         da_sums=dtype != torch.float32,
+        # 16-bit inputs: the walks' operands rounded to x's dtype (as the forward's states walk
+        # rounds them): forward+backward 4.74 -> 4.44 ms at mamba2-2.7b's size, 2.95 -> 2.65 at
+        # -130m's (H100, bf16; the states walk alone 4.70 / 2.83, the dstates walk alone 4.58 /
+        # 2.77); worst errors against float64 at L 64-700 (interpreter, GPU rounding emulated,
+        # headdim 16 / 32, dstate 32 / 64) within the spread of the TF32 operands' (dA 2.7e-3
+        # against 2.5e-3, ddt_bias 6.2e-3 against 6.0e-3; dinitial_states 2.9e-3 against 3.4e-4)
+        walks_f32_dot=dtype == torch.float32,
     )
 
 

@@ -479,18 +479,21 @@ def launch(
     Q = plan.chunk
     NC = cdiv(L, Q)
     # Note [SSD Triton walking backward]
+    walk_f32 = f32_dot and plan.walks_f32_dot
     dtp, cs, cslo, states = triton_walk.launch_states(x, dt, A, B, dt_bias, init, seg, final,
-                                                      opts, plan, f32_dot)  # fmt: skip
+                                                      opts, plan, walk_f32)  # fmt: skip
     nblk = triton_walk.dstates_blocks(int(P), int(N), plan)
     dk = torch.empty((batch, H, NC, nblk), dtype=f32, device=dev)
     dstates = triton_walk.launch_dstates(dout, z, C, seg, cs, states, dfinal,
-                                         grads.get("initial_states"), dk, plan, f32_dot)  # fmt: skip
+                                         grads.get("initial_states"), dk, plan, walk_f32)  # fmt: skip
     ddt32 = torch.empty((batch, L, H), dtype=f32, device=dev)
     dD = torch.empty((batch, NC, H, P), dtype=f32, device=dev) if D is not None else None
     dA32 = torch.empty((batch, H, NC), dtype=f32, device=dev)
     prec = precision(plan, x.dtype)
     block_n = plan.block_n
-    cb = chunk_cb(B, C, L, plan, Q, f32_dot) if plan.cb_once else None
+    # 16-bit B and C multiply as they are: their products are exact in float32 either way
+    exact_cb = B.dtype == C.dtype and B.dtype in (torch.float16, torch.bfloat16)
+    cb = chunk_cb(B, C, L, plan, Q, f32_dot and not exact_cb) if plan.cb_once else None
     launcher(_ssd_scan_bwd_dx_kernel)[(NC, batch * H)](
         x, z, dout, dt, dt_bias, A, D, B, C, seg, dtp, cs, cslo, states, dstates, dk, cb,
         dx, grads.get("z"), ddt32, dD, dA32, L, H, P, G, N, NC, nblk,
