@@ -638,10 +638,10 @@ def test_gpu_compiled_training_step_of_a_block(dtype):
     gate in float32), and two approximations can sit twice the tolerance apart while each is
     within it of float64 (measured on an H100: eager dt_bias 1.1e-2, compiled 3.7e-3). On an
     H100 on 2026-12-07 the compiled bf16 step missed: dt_bias 1.58e-2, in a fresh process with
-    Inductor's caches off too (eager there 1.65-2.09e-2 over seeds 0-2, under every SSD kernel
-    variant tried; on the CPU at most 1.21e-2 with the C kernel, 1.39e-2 with the GPU kernels
-    under Triton's interpreter: the block's other GPU operations most likely carry the rest).
-    dt_bias's gradients are cancelling sums of about 1e-5."""
+    Inductor's caches off too (eager there 1.65-2.09e-2 over seeds 0-2; on the CPU at most
+    1.21e-2 with the C kernel). The same block in eager with mamba-ssm's SSD kernels in place of
+    ours misses as far: dt_bias up to 2.60e-2, A_log 1.81e-2 (benchmarks/RESULTS.md). dt_bias's
+    gradients are cancelling sums of about 1e-5."""
     torch._dynamo.reset()
     cfg = dataclasses.replace(Mamba2Config.preset("tiny"), d_model=256, d_state=128, headdim=64,
                               ngroups=1, chunk_size=64)  # fmt: skip
