@@ -78,3 +78,62 @@ def test_decode_pieces_on_cpu(layout, monkeypatch):
         state = kw["state"].clone()
         out = variants[name][0](**{**kw, "state": state}, dt_softplus=True)
         assert bench._rel(out, r_out) < 1e-6 and bench._rel(state, r_state) < 1e-6, name
+
+
+def test_anchor_autotuning_redone_at_the_timed_shape(monkeypatch):
+    """``retune_at`` empties the autotuning caches of an anchor's modules (a kernel under
+    ``triton.heuristics`` too) and leaves other packages' alone, then runs the anchor forward
+    and backward once at the given inputs (its backward's refusal is the gate's to report)."""
+    import importlib.util
+    import types
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    @triton.jit
+    def kernel(x, N: tl.constexpr):
+        pass
+
+    def tuned():
+        return triton.autotune(configs=[triton.Config({})], key=["N"])(kernel)
+
+    anchor = types.ModuleType("mamba_ssm.fake_ssd")
+    anchor.plain = tuned()
+    anchor.wrapped = triton.heuristics({"N": lambda args: 1})(tuned())
+    other = types.ModuleType("other_pkg.kernels")
+    other.kept = tuned()
+    for t in (anchor.plain, anchor.wrapped.fn, other.kept):
+        t.cache[(16,)] = triton.Config({})
+    monkeypatch.setitem(sys.modules, "mamba_ssm.fake_ssd", anchor)
+    monkeypatch.setitem(sys.modules, "other_pkg.kernels", other)
+    calls = []
+
+    def fn(kw, full):
+        calls.append(full)
+        return kw["x"] * 2.0, None
+
+    x = torch.randn(3, 4)
+    bench.retune_at(fn, {"x": x}, True)
+    assert anchor.plain.cache == {} and anchor.wrapped.fn.cache == {}
+    assert other.kept.cache  # not an anchor's
+    assert calls == [True]
+
+    def refusing(kw, full):  # a backward that raises (flash-linear-attention on this Triton)
+        class Refuse(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t):
+                return t * 1.0
+
+            @staticmethod
+            def backward(ctx, g):
+                raise RuntimeError("refused")
+
+        return Refuse.apply(kw["x"]), None
+
+    bench.retune_at(refusing, {"x": x}, False)
