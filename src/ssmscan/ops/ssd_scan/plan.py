@@ -43,7 +43,7 @@ class SSDPlan:
             kernels where their own fields (``walks_f32_dot``, ``dx_f32_dot``, ``dbc_f32_dot``)
             say so, and C·Bᵀ where B and C are not both 16-bit (16-bit B and C multiply as
             they are: their products are exact either way). The planner rounds every operand
-            of 16-bit inputs now; each field's comment in ``_plan_ssd`` gives the errors.
+            of 16-bit inputs; each field's comment in ``_plan_ssd`` gives the errors.
         emulate: the kernels run under Triton's interpreter: ``_dot`` rounds the operands as
             the tensor cores would and multiplies in float32.
         walk_block_p, walk_block_n: the backward's dstates walk's headdim block and dstate
