@@ -280,3 +280,18 @@ def test_legitimate_views_are_accepted():
     selective_state_update(**bf, dt_softplus=True)
     kw = _mamba2(state=torch.randn(BATCH + 3, NHEADS, HEADDIM, N))
     selective_state_update(**kw, state_batch_indices=torch.tensor([-1, BATCH + 2]))
+
+
+@pytest.mark.parametrize("make", [_mamba1, _mamba2], ids=["mamba1", "mamba2"])
+def test_checks_cached_only_for_layouts_that_passed(make):
+    """The shape / dtype / device checks are cached by layout: a good call between two bad ones
+    (same shapes, one argument in another dtype or shape) does not let the second through."""
+    kw = make()
+    bad_dtype = dict(kw, dt=kw["dt"].double())
+    bad_shape = dict(kw, C=kw["C"][..., :-1])
+    for _ in range(2):
+        selective_state_update(**kw)
+        with pytest.raises(TypeError, match=r"^dt\b"):
+            selective_state_update(**bad_dtype)
+        with pytest.raises(ValueError, match=r"^C\b"):
+            selective_state_update(**bad_shape)
