@@ -84,7 +84,8 @@ def check_selective_state_update_args(
 def _check_cached(*key: tuple | None) -> None:
     """``_check_layouts`` of each argument's (shape, dtype, device); an exception is not
     cached, so a bad call raises every time."""
-    _check_layouts(*(None if k is None else Layout(*k) for k in key))
+    layouts = [None if k is None else Layout(*k) for k in key]
+    _check_layouts(*layouts)  # type: ignore[arg-type]  # the first six are never None
 
 
 def _check_layouts(
