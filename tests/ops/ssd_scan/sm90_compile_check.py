@@ -83,8 +83,8 @@ def main() -> None:
     for dtype, t in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
         plan = plan_ssd(24, 64, 1, 128, dtype, H200)
         prec = triton_fwd.precision(plan, dtype)
-        sizes = dict(L=2048, H=24, P=64, G=1, N=128, NC=32, PN=8192, NBLK=8, dt_min=0.0,
-                     dt_max=0.0)  # fmt: skip
+        sizes = dict(L=2048, H=24, P=64, G=1, N=128, NC=32, PN=8192, NBLK=8, SEG=11, CPS=94,
+                     dt_min=0.0, dt_max=0.0, ends="*fp32", kseg="*fp32")  # fmt: skip
         for f32_dot in (False, True):
             common = dict(CHUNK=plan.chunk, BLOCK_P=plan.block_p, PRECISION=prec, F32_DOT=f32_dot,
                           EMULATE=False)  # fmt: skip
@@ -107,7 +107,7 @@ def main() -> None:
                                       cs="*fp32", cslo="*fp32", states=f"*{bst}", final="*fp32", **sizes,
                                       SOFTPLUS=all_flags, HAS_BIAS=all_flags, HAS_MIN=all_flags,
                                       HAS_MAX=all_flags, HAS_SEG=all_flags, HAS_INIT=all_flags,
-                                      HAS_LO=True,
+                                      HAS_LO=True, PART=0,
                                       **dict(common, CHUNK=plan.chunk,
                                              BLOCK_P=plan.states_walk_block_p,
                                              BLOCK_N=plan.states_walk_block_n))  # fmt: skip
@@ -121,9 +121,12 @@ def main() -> None:
                                       dk="*fp32", **sizes, HAS_Z=all_flags, HAS_SEG=all_flags,
                                       HAS_DFINAL=all_flags, HAS_INIT=all_flags,
                                       **dict(common, **dstates_tiles))  # fmt: skip
-                        _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags}",
-                               triton_walk._ssd_scan_dstates_walk_kernel, vals_d, plan.warps_walk,
-                               plan.walk_stages)  # fmt: skip
+                        # the split walk's parts (Note [SSD split walks]) with every flag
+                        for part in (0, 1, 2) if all_flags else (0,):
+                            _check(f"dstates walk {t} f32_dot={f32_dot} flags={all_flags} "
+                                   f"part={part}", triton_walk._ssd_scan_dstates_walk_kernel,
+                                   dict(vals_d, PART=part), plan.warps_walk,
+                                   plan.walk_stages)  # fmt: skip
                 vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, dout=f"*{t}", dt=f"*{t}",
                             dt_bias="*fp32" if flags else None, A="*fp32",
                             Dv="*fp32" if flags else None, B=f"*{t}", C=f"*{t}",
@@ -160,9 +163,10 @@ def main() -> None:
                         BLOCK_P=plan.states_walk_block_p,
                         BLOCK_N=plan.states_walk_block_n, PRECISION=prec,
                         F32_DOT=plan.fwd_f32_dot, EMULATE=False)  # fmt: skip
-            _check(f"forward states walk {t} flags={flags}",
-                   triton_walk._ssd_scan_states_walk_kernel, vals, plan.warps_states_walk,
-                   plan.states_walk_stages)  # fmt: skip
+            for part in (0, 1, 2) if flags else (0,):  # Note [SSD split walks]
+                _check(f"forward states walk {t} flags={flags} part={part}",
+                       triton_walk._ssd_scan_states_walk_kernel, dict(vals, PART=part),
+                       plan.warps_states_walk, plan.states_walk_stages)  # fmt: skip
             vals = dict(x=f"*{t}", z=f"*{t}" if flags else None, Dv="*fp32" if flags else None,
                         B=f"*{t}", C=f"*{t}", seg="*i64" if flags else None, A="*fp32",
                         dtp="*fp32", cs="*fp32", states=f"*{st}", out=f"*{t}", **sizes,
@@ -172,6 +176,15 @@ def main() -> None:
                         F32_DOT=plan.fwd_f32_dot, EMULATE=False)  # fmt: skip
             _check(f"forward out {t} flags={flags}", triton_fwd._ssd_scan_fwd_out_kernel, vals,
                    plan.warps_out, plan.out_stages)  # fmt: skip
+
+
+    for start in (True, False):
+        for reverse in (True, False):
+            vals = dict(ends="*fp32", kseg="*fp32", start="*fp32" if start else None, SEG=11,
+                        PN=8192, HAS_START=start, REVERSE=reverse,
+                        BLOCK=plan.split_pass_block)  # fmt: skip
+            _check(f"parts pass start={start} reverse={reverse}",
+                   triton_walk._ssd_scan_parts_pass_kernel, vals, 4)
 
 
 if __name__ == "__main__":

@@ -224,6 +224,47 @@ def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
 
 @pytest.mark.triton
 @_INTERP
+@pytest.mark.parametrize(
+    "min_chunks,packed,dt",
+    [(1, True, "fp32"), (3, True, "fp32"), (3, False, "fp32"), (4, True, "bf16")],
+    ids=["parts-of-1", "parts-of-3-packed", "parts-of-3", "parts-of-4-bf16"],
+)
+def test_triton_interpreter_split_walks(min_chunks, packed, dt, ssd_inputs):
+    """Every walk split into parts of ``min_chunks`` chunks (the last one shorter), their ends
+    passed from part to part (Note [SSD split walks]): 10 chunks of 16 for the backward, 3 of
+    64 for the forward. Packed: sequences change at a part's first step (t = 48, chunk 3), inside
+    a part and inside a chunk."""
+    kw = ssd_inputs(batch=2, L=150, nheads=3, headdim=16, ngroups=1, dstate=32,
+                    dtype=DTYPES[dt], seed=min_chunks, **dict(FULL, seq_idx=False))  # fmt: skip
+    if packed:
+        t = torch.arange(150)
+        row = (t >= 48).int() + (t >= 53).int() + (t >= 120).int()
+        kw["seq_idx"] = torch.stack([row, row.clamp(max=1)]).to(torch.int32)
+    plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, split_walk_programs=10**6,
+                               split_walk_min_chunks=min_chunks)  # fmt: skip
+    _check(kw, (0.0, INF), True, plan, DTYPES[dt], 150 + min_chunks)
+
+
+def test_walk_parts_split_only_few_programs():
+    """The split's choice: whole walks at many programs or symbolic sizes; else parts enough for
+    the target, of at least the plan's fewest chunks, none empty."""
+    from ssmscan.ops.common.device import H200
+    from ssmscan.ops.ssd_scan.plan import plan_ssd
+    from ssmscan.ops.ssd_scan.triton_walk import walk_parts
+
+    plan = dataclasses.replace(plan_ssd(48, 64, 1, 128, torch.bfloat16, H200),
+                               split_walk_programs=528, split_walk_min_chunks=16)  # fmt: skip
+    assert walk_parts(640, 32, plan) == (1, 32)  # 8 x 80 heads: enough programs
+    assert walk_parts(48, 1024, plan) == (11, 94)  # one sequence of 65536, 48 heads
+    assert walk_parts(48, 40, plan) == (2, 20)  # too few chunks for more parts
+    assert walk_parts(48, 31, plan) == (1, 31)
+    parts, per = walk_parts(5, 100, plan)
+    assert (parts - 1) * per < 100 <= parts * per and per >= 16
+    assert walk_parts(48, 1024, dataclasses.replace(plan, split_walk_programs=0)) == (1, 1024)
+
+
+@pytest.mark.triton
+@_INTERP
 def test_triton_interpreter_strided_inputs(ssd_inputs):
     """x, dt, B, C, z and dout as non-contiguous views (a transpose of their storage, a step of
     2 in time): the launchers read them as their values, not their storage."""

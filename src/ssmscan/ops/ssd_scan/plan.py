@@ -86,6 +86,11 @@ class SSDPlan:
             instead of a reverse cumsum over the (chunk, chunk) tile and a masked row sum: fewer
             instructions, but float32 keeps the difference to about 3e-4 of dA at strong decays
             (Note [SSD Triton backward], 4).
+        split_walk_programs: a walk with fewer programs than this (batch x heads x its state
+            tiles) is split into parts of its sequence walked in parallel (Note [SSD split
+            walks] in ``triton_walk``); 0: never split.
+        split_walk_min_chunks: the fewest chunks a part of a split walk takes.
+        split_pass_block: state elements per program of the pass over a split walk's parts.
 
     Example:
         >>> SSDPlan(64, 32, 32, "ieee", 8, 8, 2).chunk
@@ -125,6 +130,9 @@ class SSDPlan:
     dx_f32_dot: bool = True
     da_sums: bool = False
     walks_f32_dot: bool = True
+    split_walk_programs: int = 0
+    split_walk_min_chunks: int = 16
+    split_pass_block: int = 1024
 
 
 def _pad(n: int) -> int:
