@@ -261,6 +261,10 @@ def test_walk_parts_split_only_few_programs():
     parts, per = walk_parts(5, 100, plan)
     assert (parts - 1) * per < 100 <= parts * per and per >= 16
     assert walk_parts(48, 1024, dataclasses.replace(plan, split_walk_programs=0)) == (1, 1024)
+    planned = plan_ssd(48, 64, 1, 128, torch.bfloat16, H200)
+    assert (planned.split_walk_programs, planned.split_walk_min_chunks) == (4 * 132, 64)
+    assert walk_parts(48, 127, planned) == (1, 127)  # under 128 chunks: whole
+    assert walk_parts(48, 128, planned) == (2, 64)
 
 
 @pytest.mark.triton

@@ -312,6 +312,18 @@ def _plan_ssd(
         # headdim 16 / 32, dstate 32 / 64) near the TF32 operands' (dA 4.0e-3 against 3.5e-3,
         # ddt_bias 6.2e-3 against 6.0e-3, dinitial_states 2.9e-3 against 3.4e-4)
         walks_f32_dot=dtype == torch.float32,
+        # Note [SSD split walks] in ``triton_walk``: a walk of fewer than 4 programs a
+        # multiprocessor over at least 128 chunks (8192 steps) runs in parts of at least 64
+        # chunks. H100, bf16, ms forward / forward+backward (parts of at least 16 chunks, as
+        # many as reach 528 programs): (1, 65536, 48, 64, 1, 128) 3.82 / 16.18 -> 2.46 / 13.47
+        # (11 parts; 22 parts 2.55 / 12.90), (1, 8192, 48) 0.46 / 2.08 -> 0.35 / 1.96; over 32-64
+        # chunks the extra reads cost more than the parts gain: (2, 4096, 48) forward 0.31 ->
+        # 0.34, (1, 2048, 80) 0.15 -> 0.18, mamba2-130m's size (384 programs, 2 parts) 0.48 /
+        # 2.70 -> 0.60 / 2.88. Planned (a second call): 2.46 / 13.47 at 65536 tokens, 0.45 / 2.43
+        # at 8192 (2 parts; 4 parts 0.37 / 2.13), forward+backward times over 32-128 chunks moving
+        # by up to 40% between calls
+        split_walk_programs=4 * facts.sm_count,
+        split_walk_min_chunks=64,
     )
 
 

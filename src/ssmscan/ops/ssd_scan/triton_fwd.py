@@ -19,7 +19,9 @@ launches, every matmul a ``tl.dot`` with float32 accumulation:
 The states cross memory once each way; nothing is passed in place. A walk has only batch x heads
 x state tiles programs, yet it beat the chunk-parallel alternative (each chunk's own state in
 parallel, then a pass over the chunks, then the output) at every size timed, one sequence of
-few heads included: that pass loops over every chunk too (``plan.py`` has the timings).
+few heads included: that pass loops over every chunk too (``plan.py`` has the timings). A walk
+with few programs over a long sequence is split into parts instead (Note [SSD split walks] in
+``triton_walk``).
 
 Each decay inside a chunk is the exponential of a sum of its own increments, never a float32
 difference ``cs_i - cs_j`` of cumulative sums: these reach thousands within a chunk at strong
