@@ -227,22 +227,24 @@ def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
 @pytest.mark.parametrize(
     "min_chunks,packed,dt",
     [(1, True, "fp32"), (3, True, "fp32"), (3, False, "fp32"), (4, True, "bf16")],
-    ids=["parts-of-1", "parts-of-3-packed", "parts-of-3", "parts-of-4-bf16"],
+    ids=["parts-of-1", "parts-of-3-packed", "parts-of-3-no-initial-or-dfinal", "parts-of-4-bf16"],
 )
 def test_triton_interpreter_split_walks(min_chunks, packed, dt, ssd_inputs):
     """Every walk split into parts of ``min_chunks`` chunks (the last one shorter), their ends
     passed from part to part (Note [SSD split walks]): 10 chunks of 16 for the backward, 3 of
     64 for the forward. Packed: sequences change at a part's first step (t = 48, chunk 3), inside
-    a part and inside a chunk."""
+    a part and inside a chunk; unpacked: the passes start from zero (no initial state, no
+    gradient of the final state)."""
     kw = ssd_inputs(batch=2, L=150, nheads=3, headdim=16, ngroups=1, dstate=32,
-                    dtype=DTYPES[dt], seed=min_chunks, **dict(FULL, seq_idx=False))  # fmt: skip
+                    dtype=DTYPES[dt], seed=min_chunks,
+                    **dict(FULL, seq_idx=False, initial_states=packed))  # fmt: skip
     if packed:
         t = torch.arange(150)
         row = (t >= 48).int() + (t >= 53).int() + (t >= 120).int()
         kw["seq_idx"] = torch.stack([row, row.clamp(max=1)]).to(torch.int32)
     plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, split_walk_programs=10**6,
                                split_walk_min_chunks=min_chunks)  # fmt: skip
-    _check(kw, (0.0, INF), True, plan, DTYPES[dt], 150 + min_chunks)
+    _check(kw, (0.0, INF), packed, plan, DTYPES[dt], 150 + min_chunks)
 
 
 def test_walk_parts_split_only_few_programs():
