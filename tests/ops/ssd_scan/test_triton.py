@@ -226,25 +226,29 @@ def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
 @_INTERP
 @pytest.mark.parametrize(
     "min_chunks,packed,dt",
-    [(1, True, "fp32"), (3, True, "fp32"), (3, False, "fp32"), (4, True, "bf16")],
-    ids=["parts-of-1", "parts-of-3-packed", "parts-of-3-no-initial-or-dfinal", "parts-of-4-bf16"],
+    [(1, True, "fp32"), (3, True, "fp32"), (3, False, "fp32"), (2, True, "bf16")],
+    ids=["parts-of-1", "parts-of-4-3-packed", "parts-of-4-3-no-initial-or-dfinal",
+         "parts-of-3-3-1-bf16"],
 )
 def test_triton_interpreter_split_walks(min_chunks, packed, dt, ssd_inputs):
-    """Every walk split into parts of ``min_chunks`` chunks (the last one shorter), their ends
-    passed from part to part (Note [SSD split walks]): 10 chunks of 16 for the backward, 3 of
-    64 for the forward. Packed: sequences change at a part's first step (t = 48, chunk 3), inside
-    a part and inside a chunk; unpacked: the passes start from zero (no initial state, no
-    gradient of the final state)."""
-    kw = ssd_inputs(batch=2, L=150, nheads=3, headdim=16, ngroups=1, dstate=32,
+    """Every walk split into parts of at least ``min_chunks`` chunks (``walk_parts``: the last
+    one shorter), their ends passed from part to part (Note [SSD split walks]): 7 chunks of 16
+    for the backward, 2 of 64 for the forward. Packed: sequences change at the first step of a
+    part (t = 48: chunk 3, t = 64: chunk 4), inside a chunk (t = 53) and inside a part (t = 90);
+    unpacked: the passes start from zero (no initial state, no gradient of the final state)."""
+    kw = ssd_inputs(batch=2, L=100, nheads=3, headdim=16, ngroups=1, dstate=32,
                     dtype=DTYPES[dt], seed=min_chunks,
                     **dict(FULL, seq_idx=False, initial_states=packed))  # fmt: skip
     if packed:
-        t = torch.arange(150)
-        row = (t >= 48).int() + (t >= 53).int() + (t >= 120).int()
+        t = torch.arange(100)
+        row = sum((t >= cut).int() for cut in (48, 53, 64, 90))
         kw["seq_idx"] = torch.stack([row, row.clamp(max=1)]).to(torch.int32)
     plan = dataclasses.replace(plan_for(kw["x"], kw["B"]), chunk=16, split_walk_programs=10**6,
                                split_walk_min_chunks=min_chunks)  # fmt: skip
-    _check(kw, (0.0, INF), packed, plan, DTYPES[dt], 150 + min_chunks)
+    from ssmscan.ops.ssd_scan.triton_walk import walk_parts
+
+    assert walk_parts(6, 7, plan) == {1: (7, 1), 2: (3, 3), 3: (2, 4)}[min_chunks]
+    _check(kw, (0.0, INF), packed, plan, DTYPES[dt], 100 + min_chunks)
 
 
 def test_walk_parts_split_only_few_programs():
