@@ -177,14 +177,17 @@ def main() -> None:
             _check(f"forward out {t} flags={flags}", triton_fwd._ssd_scan_fwd_out_kernel, vals,
                    plan.warps_out, plan.out_stages)  # fmt: skip
 
-
     for start in (True, False):
         for reverse in (True, False):
             vals = dict(ends="*fp32", kseg="*fp32", start="*fp32" if start else None, SEG=11,
                         PN=8192, HAS_START=start, REVERSE=reverse,
                         BLOCK=plan.split_pass_block)  # fmt: skip
-            _check(f"parts pass start={start} reverse={reverse}",
-                   triton_walk._ssd_scan_parts_pass_kernel, vals, 4)
+            _check(
+                f"parts pass start={start} reverse={reverse}",
+                triton_walk._ssd_scan_parts_pass_kernel,
+                vals,
+                4,
+            )
 
 
 if __name__ == "__main__":

@@ -227,8 +227,12 @@ def test_triton_interpreter_blocks(ssd_inputs, seq_idx):
 @pytest.mark.parametrize(
     "min_chunks,packed,dt",
     [(1, True, "fp32"), (3, True, "fp32"), (3, False, "fp32"), (2, True, "bf16")],
-    ids=["parts-of-1", "parts-of-4-3-packed", "parts-of-4-3-no-initial-or-dfinal",
-         "parts-of-3-3-1-bf16"],
+    ids=[
+        "parts-of-1",
+        "parts-of-4-3-packed",
+        "parts-of-4-3-no-initial-or-dfinal",
+        "parts-of-3-3-1-bf16",
+    ],
 )
 def test_triton_interpreter_split_walks(min_chunks, packed, dt, ssd_inputs):
     """Every walk split into parts of at least ``min_chunks`` chunks (``walk_parts``: the last
@@ -491,6 +495,54 @@ def test_forward_host_code_adds_no_guard_on_length(monkeypatch, ssd_inputs):
     ep = torch.export.export(Scan(), args, dynamic_shapes=dyn, strict=False)
     (rng,) = ep.range_constraints.values()
     assert (rng.lower, rng.upper) == (1, 65536)
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_forward_host_code_splits_static_walks_only(monkeypatch, dynamic, ssd_inputs):
+    """Traced by torch.export (launches prepared as in the test above, not run), the forward
+    of a plan that splits every walk (Note [SSD split walks]) launches the parts' ends, the
+    pass and the parts for a static L, and the whole walk for a dynamic one (the choice would
+    guard on L)."""
+    from ssmscan.ops.common import triton_launch
+    from ssmscan.ops.ssd_scan import triton_fwd
+
+    launched = []
+
+    def prepare_only(self, grid, *args, **kwargs):
+        launched.append((self._jit.fn.__name__, kwargs.get("PART")))
+        self.traced_args(args, kwargs, triton_launch._first_tensor(args, kwargs))
+
+    monkeypatch.setattr(triton_launch._Launcher, "_launch", prepare_only)
+    name = f"ssmscan_test::ssd_forward_split_{'dynamic' if dynamic else 'static'}"
+
+    @torch.library.triton_op(name, mutates_args=())
+    def forward(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                C: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        plan = dataclasses.replace(plan_for(x, B), split_walk_programs=10**6,
+                                   split_walk_min_chunks=1)  # fmt: skip
+        out, final = empty_forward_outputs(x, B)
+        triton_fwd.launch(x, dt, A, B, C, None, None, None, None, None, True, 0.0, INF, out,
+                          final, plan=plan)  # fmt: skip
+        return out
+
+    op = getattr(torch.ops.ssmscan_test, name.split("::")[1])
+
+    class Scan(torch.nn.Module):
+        def forward(self, x, dt, A, B, C):
+            return op(x, dt, A, B, C)
+
+    kw = ssd_inputs(batch=1, L=200, nheads=2, headdim=16, ngroups=1, dstate=16)
+    args = tuple(kw[k] for k in ARGS[:5])
+    per_l = {1: torch.export.Dim("L", min=1, max=65536)}
+    dyn = (per_l, per_l, None, per_l, per_l) if dynamic else None
+    torch.export.export(Scan(), args, dynamic_shapes=dyn, strict=False)
+    walks = [entry for entry in launched if entry[0] != "_ssd_scan_fwd_out_kernel"]
+    if dynamic:
+        assert walks == [("_ssd_scan_states_walk_kernel", 0)]
+    else:
+        assert walks == [("_ssd_scan_states_walk_kernel", 1), ("_ssd_scan_parts_pass_kernel", None),
+                         ("_ssd_scan_states_walk_kernel", 2)]  # fmt: skip
 
 
 @pytest.mark.gpu
