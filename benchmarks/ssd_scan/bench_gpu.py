@@ -28,7 +28,10 @@ reference (``ssd_scan_chunked_reference``, equal to the sequential one to 1e-15)
 inputs. ssmscan beyond ``tolerance(dtype) * --tol-factor`` is reported and not timed; an anchor
 beyond it is timed all the same with its error in the table (the anchors are what users run
 now, and mamba-ssm rounds its matmul operands to the input dtype). Times
-are ``triton.testing.do_bench`` medians (ms), forward and forward+backward. Each row also gives
+are ``triton.testing.do_bench`` medians (ms), forward and forward+backward, taken in ``--rounds``
+rounds over a shape's variants in turn (the clocks and the neighbours' load drift over a call:
+one variant timed right after another is not what a variant timed alone would see); a row gives
+the median of its rounds and, with two or more, their spread ((max - min) / median). Each row also gives
 the fraction of the floor: max(bytes / copy bandwidth, matmul FLOPs / bf16 matmul rate), both
 measured here (a device-to-device copy, a 8192³ matmul), FLOPs counted at chunk 64 for the
 minimal chunked algorithm (C·Bᵀ once per group, states, read-out, intra-chunk product; the
@@ -52,6 +55,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import sys
 import types
 
@@ -364,6 +368,36 @@ def floor_ms(shape, dtype, full, bw, rate, backward):
     return max(bytes_ / bw, fl / rate) * 1e3
 
 
+def interleaved(thunks, rounds):
+    """Each of ``thunks`` (name -> a function returning one time) called ``rounds`` times, in
+    turn within each round; name -> (median, spread: (max - min) / median, 0 for one round).
+
+    Example:
+        >>> ticks = iter(range(100))
+        >>> interleaved({"a": lambda: next(ticks), "b": lambda: next(ticks)}, 3)
+        {'a': (2, 2.0), 'b': (3, 1.3333333333333333)}
+    """
+    times = {name: [] for name in thunks}
+    for _ in range(rounds):
+        for name, thunk in thunks.items():
+            times[name].append(thunk())
+    res = {}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        res[name] = (med, (max(ts) - min(ts)) / med if med else 0.0)
+    return res
+
+
+def _timer(fn, kw, full, backward, name):
+    """A function timing ``fn`` once (``time_variant``) at ``name``'s matmul precision."""
+
+    def timer():
+        with _matmul_precision(name):
+            return time_variant(fn, kw, full, backward)
+
+    return timer
+
+
 def time_variant(fn, kw, full, backward):
     from triton.testing import do_bench
 
@@ -521,6 +555,9 @@ def main():
     ap.add_argument("--tol-factor", type=float, default=1.0,
                     help="gate at tolerance(dtype) times this")  # fmt: skip
     ap.add_argument("--check-only", action="store_true", help="the correctness gate, no timing")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="timing rounds over a shape's variants in turn; a row's time is the "
+                    "median of its rounds")  # fmt: skip
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--parts", nargs="*", default=["scan", "decode"], choices=["scan", "decode"])
     ap.add_argument("--decode-layout", default="mamba2", choices=["mamba2", "mamba1"],
@@ -567,6 +604,7 @@ def main():
             full = problem == "full"
             gate_kw = make(1, *shape[1:], dtype, a.device, full, seed=1)
             kw = make(*shape, dtype, a.device, full) if not a.check_only else None
+            timed = []  # (row, fn, name, with its backward): timed after every variant's gate
             for name, (fn, _) in variants.items():
                 if fn is None or (name == "fla" and full):
                     continue
@@ -592,15 +630,23 @@ def main():
                 if bwd_error is not None:
                     row["bwd_error"] = bwd_error
                 if (ok or not name.startswith("ssmscan")) and not a.check_only:
-                    with _matmul_precision(name):
-                        row["fwd_ms"] = time_variant(fn, kw, full, False)
-                        fwdbwd = time_variant(fn, kw, full, True) if bwd_error is None else None
-                    row["fwd_floor"] = floor_ms(shape, dtype, full, bw, rate, False) / row["fwd_ms"]
-                    if fwdbwd is not None:
-                        row["fwdbwd_ms"] = fwdbwd
-                        row["fwdbwd_floor"] = (floor_ms(shape, dtype, full, bw, rate, True)
-                                               / row["fwdbwd_ms"])  # fmt: skip
+                    timed.append((row, fn, name, bwd_error is None))
                 rows.append(row)
+                if not timed or timed[-1][0] is not row:
+                    print(json.dumps(row))
+            thunks = {}
+            for _, fn, name, both in timed:
+                thunks[(name, False)] = _timer(fn, kw, full, False, name)
+                if both:
+                    thunks[(name, True)] = _timer(fn, kw, full, True, name)
+            got = interleaved(thunks, a.rounds) if thunks else {}
+            for row, _, name, both in timed:
+                row["fwd_ms"], row["fwd_spread"] = got[(name, False)]
+                row["fwd_floor"] = floor_ms(shape, dtype, full, bw, rate, False) / row["fwd_ms"]
+                if both:
+                    row["fwdbwd_ms"], row["fwdbwd_spread"] = got[(name, True)]
+                    row["fwdbwd_floor"] = (floor_ms(shape, dtype, full, bw, rate, True)
+                                           / row["fwdbwd_ms"])  # fmt: skip
                 print(json.dumps(row))
     print(f"\n{'shape':<28}{'problem':<8}{'variant':<22}{'check':<18}{'fwd ms':>9}{'floor':>7}"
           f"{'f+b ms':>9}{'floor':>7}   ours / this")  # fmt: skip
@@ -619,6 +665,9 @@ def main():
                 t += f"   {m['fwd_ms'] / r['fwd_ms']:.2f} / "
                 t += (f"{m['fwdbwd_ms'] / r['fwdbwd_ms']:.2f}" if "fwdbwd_ms" in r
                       else "- (its backward: " + r["bwd_error"][:60] + ")")  # fmt: skip
+        if r.get("fwd_spread") or r.get("fwdbwd_spread"):  # the rounds' spread, in percent
+            t += f"   (spread {100 * r['fwd_spread']:.0f}%"
+            t += f" / {100 * r['fwdbwd_spread']:.0f}%)" if "fwdbwd_spread" in r else ")"
         check = r["check"] + ("" if r["ok"] else " !")  # ! beyond tolerance (an anchor, timed)
         print(f"{r['shape']!s:<28}{r['problem']:<8}{r['variant']:<22}{check:<18}{t}")
     if "decode" in a.parts and a.device == "cuda" and not a.check_only:

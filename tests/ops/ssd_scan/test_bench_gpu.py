@@ -137,3 +137,45 @@ def test_anchor_autotuning_redone_at_the_timed_shape(monkeypatch):
         return Refuse.apply(kw["x"]), None
 
     bench.retune_at(refusing, {"x": x}, False)
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="runs the launchers under TRITON_INTERPRET=1 (set without a GPU)")  # fmt: skip
+def test_timing_rounds_interleave_the_variants(monkeypatch, capsys):
+    """After every variant of a shape passed the gate, the timing runs ``--rounds`` rounds over
+    them in turn (forward, then forward+backward, per variant); a row carries its rounds' median
+    and spread. The device's timer and ceilings are faked here: only the order and the
+    bookkeeping are checked."""
+    import importlib.util
+    import json
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    calls = []
+    ticks = iter(range(1, 100))
+
+    def fake_time(fn, kw, full, backward):
+        calls.append((fn, backward))
+        return float(next(ticks))
+
+    monkeypatch.setattr(bench, "time_variant", fake_time)
+    monkeypatch.setattr(bench, "ceilings", lambda dtype: (3e12, 7e14))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake")
+    monkeypatch.setattr(sys, "argv", [
+        str(BENCH), "--device", "cpu", "--parts", "scan", "--problems", "full", "--anchors",
+        "--shapes", "1,37,2,16,1,16", "--plans", "other=cb_once:false", "--rounds", "3"])  # fmt: skip
+    bench.main()
+    fns = [fn for fn, _ in calls]
+    assert len(calls) == 12 and [b for _, b in calls] == [False, True] * 6
+    assert fns[0] is not fns[2] and fns[0:4] == fns[4:8] == fns[8:12]  # in turn, each round
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("{")]  # fmt: skip
+    assert [r["variant"] for r in rows] == ["ssmscan", "ssmscan[other]"]
+    # ssmscan's forward took 1, 5, 9 and its forward+backward 2, 6, 10 (the fake's ticks)
+    assert (rows[0]["fwd_ms"], rows[0]["fwd_spread"]) == (5.0, 8 / 5)
+    assert (rows[1]["fwdbwd_ms"], rows[1]["fwdbwd_spread"]) == (8.0, 8 / 8)
