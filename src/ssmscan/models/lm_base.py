@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -152,7 +152,7 @@ class LMBase(nn.Module):
         add and norm. Appends each layer's states; returns the final norm's output."""
         residual, mixed = hidden, None
         for i, block in enumerate(self.layers):
-            norm = block.norm
+            norm = cast(RMSNorm, block.norm)
             if mixed is None:
                 normed = norm.in_weight_dtype(residual)
             else:
@@ -163,7 +163,8 @@ class LMBase(nn.Module):
                 residual = residual.float()
             conv_state = state.conv_states[i] if state is not None else None
             ssm_state = state.ssm_states[i] if state is not None else None
-            mixed, conv_state, ssm_state = block.mixer(
+            mixer = cast(nn.Module, block.mixer)
+            mixed, conv_state, ssm_state = mixer(
                 normed, conv_state, ssm_state, *block_args, **block_kwargs
             )
             conv_states.append(conv_state)

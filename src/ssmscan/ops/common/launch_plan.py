@@ -258,9 +258,10 @@ class _Recorder(TorchDispatchMode):
                     self.reject(f"a launch argument's pointer is not its slot's (slot {s})")
                     return
         run = compiled.run
+        run_cls: Any = type(run)
         fast = (
             hasattr(run, "launch")
-            and _direct_launch_layout(type(run))
+            and _direct_launch_layout(run_cls)
             and not getattr(run, "global_scratch_size", 1)
             and not getattr(run, "profile_scratch_size", 1)
         )
