@@ -77,13 +77,16 @@ def _state_tile(i_p, i_n, P, N, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _start_state(p_state, o_pn, m_pn, GIVEN: tl.constexpr, BLOCK_P: tl.constexpr,
-                 BLOCK_N: tl.constexpr):  # fmt: skip
-    """The walk's starting state block in float32: loaded when GIVEN, else zeros."""
-    if GIVEN:
-        b_S = tl.load(p_state + o_pn, mask=m_pn, other=0.0).to(tl.float32)
-    else:
+def _part_start(p_ends, p_given, o_pn, m_pn, GIVEN: tl.constexpr, PART: tl.constexpr,
+                BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """A walk's starting state block in float32 (Note [SSD split walks]): PART 2 its entry of
+    ``ends``, PART 1 zeros, the whole walk (PART 0) the given state (GIVEN) or zeros."""
+    if PART == 2:
+        b_S = tl.load(p_ends + o_pn, mask=m_pn, other=0.0)
+    elif (PART == 1) or (not GIVEN):
         b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    else:
+        b_S = tl.load(p_given + o_pn, mask=m_pn, other=0.0).to(tl.float32)
     return b_S
 
 
@@ -187,12 +190,8 @@ def _ssd_scan_states_walk_kernel(
         DOT = x.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
     o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, i_n, P, N, BLOCK_P, BLOCK_N)
-    if PART == 2:
-        b_S = tl.load(ends + i_bhs * P * N + o_pn, mask=m_pn, other=0.0)
-    elif PART == 1:
-        b_S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
-    else:
-        b_S = _start_state(init + i_bh * P * N, o_pn, m_pn, HAS_INIT, BLOCK_P, BLOCK_N)
+    b_S = _part_start(ends + i_bhs * P * N, init + i_bh * P * N, o_pn, m_pn, HAS_INIT, PART,
+                      BLOCK_P, BLOCK_N)  # fmt: skip
     a = tl.load(A + i_h).to(tl.float32)
     c0 = i_s * CPS
     s_prev = tl.full((), 0, tl.int64)  # the initial state's segment
@@ -284,12 +283,8 @@ def _ssd_scan_dstates_walk_kernel(
         DOT = dout.dtype.element_ty
     o_i = tl.arange(0, CHUNK)
     o_p, o_n, m_p, m_n, m_pn, o_pn = _state_tile(i_p, i_n, P, N, BLOCK_P, BLOCK_N)
-    if PART == 2:
-        b_dS = tl.load(ends + i_bhs * P * N + o_pn, mask=m_pn, other=0.0)
-    elif PART == 1:
-        b_dS = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
-    else:
-        b_dS = _start_state(dfinal + i_bh * P * N, o_pn, m_pn, HAS_DFINAL, BLOCK_P, BLOCK_N)
+    b_dS = _part_start(ends + i_bhs * P * N, dfinal + i_bh * P * N, o_pn, m_pn, HAS_DFINAL,
+                       PART, BLOCK_P, BLOCK_N)  # fmt: skip
     c0 = i_s * CPS
     c1 = tl.minimum(c0 + CPS, NC)
     b_K = tl.full((), 1.0, tl.float32)
@@ -379,6 +374,21 @@ def walk_parts(programs: object, chunks: object, plan: SSDPlan) -> tuple[int, in
     return cdiv(chunks, per), per
 
 
+def _walk_in_parts(run, bh: int, parts: int, pn: int, start: torch.Tensor | None,
+                   reverse: bool, plan: SSDPlan, device: torch.device) -> None:  # fmt: skip
+    """``run(part, ends, kseg)`` launches a walk: whole (part 0) for one part; else the parts'
+    ends, the pass over them and the parts (Note [SSD split walks]) on fresh ``ends`` / ``kseg``
+    buffers; ``start`` enters the pass (the initial state, or ``dfinal`` in ``reverse``)."""
+    if parts == 1:
+        run(0, None, None)
+        return
+    ends = torch.empty((bh * parts * pn,), dtype=torch.float32, device=device)
+    kseg = torch.empty((bh * parts,), dtype=torch.float32, device=device)
+    run(1, ends, kseg)
+    _pass_parts(ends, kseg, start, bh, parts, pn, reverse, plan)
+    run(2, ends, kseg)
+
+
 def _pass_parts(ends: torch.Tensor, kseg: torch.Tensor, start: torch.Tensor | None, bh: int,
                 parts: int, pn: int, reverse: bool, plan: SSDPlan) -> None:  # fmt: skip
     """Launch the pass over the parts in place on ``ends``."""
@@ -427,10 +437,9 @@ def launch_states(
     states = torch.empty((batch * NC * H * P * N,), dtype=sdtype, device=dev)
     tiles = (cdiv(P, bp), cdiv(N, bn))
     parts, per = walk_parts(batch * H * tiles[0] * tiles[1], NC, plan)
-    ends = kseg = None
     walk = launcher(_ssd_scan_states_walk_kernel)
 
-    def run(part: int) -> None:
+    def run(part: int, ends: torch.Tensor | None, kseg: torch.Tensor | None) -> None:
         walk[(batch * H * parts, *tiles)](
             x, dt, dt_bias, A, B, seg, init, dtp, cs, cslo, states, final, ends, kseg,
             L, H, P, G, N, NC, parts, per, **dt_opts,
@@ -440,14 +449,7 @@ def launch_states(
             num_warps=plan.warps_states_walk, num_stages=plan.states_walk_stages,
         )  # fmt: skip
 
-    if parts > 1:  # Note [SSD split walks]
-        ends = torch.empty((batch * H * parts * P * N,), dtype=f32, device=dev)
-        kseg = torch.empty((batch * H * parts,), dtype=f32, device=dev)
-        run(1)
-        _pass_parts(ends, kseg, init, batch * H, parts, P * N, False, plan)
-        run(2)
-    else:
-        run(0)
+    _walk_in_parts(run, batch * H, parts, P * N, init, False, plan, dev)
     return dtp, cs, cslo, states
 
 
@@ -473,10 +475,9 @@ def launch_dstates(
     nblk = dstates_blocks(P, N, plan)
     tiles = (cdiv(P, plan.walk_block_p), cdiv(N, plan.walk_block_n))
     parts, per = walk_parts(batch * H * nblk, NC, plan)
-    ends = kseg = None
     walk = launcher(_ssd_scan_dstates_walk_kernel)
 
-    def run(part: int) -> None:
+    def run(part: int, ends: torch.Tensor | None, kseg: torch.Tensor | None) -> None:
         walk[(batch * H * parts, *tiles)](
             dout, z, C, seg, cs, states, dfinal, dinit, dstates, dk, ends, kseg,
             L, H, P, G, N, NC, nblk, parts, per,
@@ -487,12 +488,5 @@ def launch_dstates(
             num_warps=plan.warps_walk, num_stages=plan.walk_stages,
         )  # fmt: skip
 
-    if parts > 1:  # Note [SSD split walks]
-        ends = torch.empty((batch * H * parts * P * N,), dtype=torch.float32, device=dout.device)
-        kseg = torch.empty((batch * H * parts,), dtype=torch.float32, device=dout.device)
-        run(1)
-        _pass_parts(ends, kseg, dfinal, batch * H, parts, P * N, True, plan)
-        run(2)
-    else:
-        run(0)
+    _walk_in_parts(run, batch * H, parts, P * N, dfinal, True, plan, dout.device)
     return dstates
