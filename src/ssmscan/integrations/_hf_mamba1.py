@@ -68,12 +68,26 @@ def selective_scan_with_cache(
         if in_place and state.dtype == torch.float32 and not cache.is_recording_past(layer_idx):
             # nothing keeps the previous state: the step writes the cached tensor in place
             # (``state`` is a view of it), no copy of the state
-            args = (x[..., 0], dt[..., 0], A, B[..., 0], C[..., 0], D, gate[..., 0], dt_bias)
-            if not torch.is_grad_enabled():
-                # plain tensors (a Parameter requires grad even under no_grad): the eager step
-                # runs its kernel directly, without the op's dispatch
-                args = tuple(a.detach() if a is not None else None for a in args)
-            return selective_state_update(state, *args, dt_softplus=True)[..., None]
+            # plain tensors without grad (a Parameter requires grad even under no_grad): the
+            # eager step then runs its kernel directly, without the op's dispatch
+            detach = not torch.is_grad_enabled()
+
+            def plain(t: torch.Tensor) -> torch.Tensor:
+                return t.detach() if detach else t
+
+            bias = plain(dt_bias) if dt_bias is not None else None
+            return selective_state_update(
+                state,
+                plain(x[..., 0]),
+                plain(dt[..., 0]),
+                plain(A),
+                plain(B[..., 0]),
+                plain(C[..., 0]),
+                plain(D),
+                plain(gate[..., 0]),
+                bias,
+                dt_softplus=True,
+            )[..., None]
         out, new_state = step(
             state, x[..., 0], dt[..., 0], A, B[..., 0], C[..., 0], D, gate[..., 0], dt_bias, True
         )
