@@ -496,10 +496,24 @@ def decode_variants(mamba_src, block_ps=()):
     return variants
 
 
+def _graph_us(step):
+    """(µs a step replayed from a CUDA graph, None) as a server that captures its decode loop
+    runs it (no host time: ``do_bench_cudagraph`` median, several steps a graph); (None, the
+    error) where the step cannot be captured."""
+    from triton.testing import do_bench_cudagraph
+
+    try:
+        return do_bench_cudagraph(step, return_mode="median") * 1e3, None
+    except Exception as e:  # reported in the row
+        torch.cuda.synchronize()
+        return None, f"{type(e).__name__}: {e}"[:200]
+
+
 def bench_decode(dtype, mamba_src, layout="mamba2", block_ps=()):
     """Rows for one decode step at DECODE_BATCHES in ``layout``: checked against float64, then
-    timed (do_bench median, GPU time) and as seen by the caller (wall time per call,
-    synchronized); ``block_ps``: ours also at those channels a program."""
+    timed (do_bench median, GPU time with the launch), replayed from a CUDA graph (``_graph_us``)
+    and as seen by the caller (wall time per call, synchronized); ``block_ps``: ours also at
+    those channels a program."""
     import time
 
     from triton.testing import do_bench
@@ -525,6 +539,7 @@ def bench_decode(dtype, mamba_src, layout="mamba2", block_ps=()):
                     return fn(**args, dt_softplus=True)
 
                 row["gpu_us"] = do_bench(step, return_mode="median") * 1e3
+                row["graph_us"], row["graph_error"] = _graph_us(step)
                 for _ in range(20):
                     step()
                 torch.cuda.synchronize()
@@ -537,9 +552,13 @@ def bench_decode(dtype, mamba_src, layout="mamba2", block_ps=()):
                 row["wall_us"] = sorted(walls)[len(walls) // 2] * 1e6
             rows.append(row)
             print(json.dumps(row))
-    print(f"\n{'decode ' + layout:<16}{'batch':>6}{'check':>10}{'gpu us':>9}{'wall us':>9}")
+    print(f"\n{'decode ' + layout:<16}{'batch':>6}{'check':>10}{'gpu us':>9}{'graph us':>9}"
+          f"{'wall us':>9}")  # fmt: skip
     for r in rows:
-        t = f"{r['gpu_us']:9.1f}{r['wall_us']:9.1f}" if "gpu_us" in r else "  FAILED CHECK"
+        t = "  FAILED CHECK"
+        if "gpu_us" in r:
+            graph = f"{r['graph_us']:9.1f}" if r["graph_us"] is not None else f"{'-':>9}"
+            t = f"{r['gpu_us']:9.1f}{graph}{r['wall_us']:9.1f}"
         mark = "" if r["ok"] else " !"
         print(f"{r['variant']:<16}{r['batch']:>6}{r['check']:>10.1e}{t}{mark}")
     return rows
