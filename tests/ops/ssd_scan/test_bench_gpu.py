@@ -179,3 +179,35 @@ def test_timing_rounds_interleave_the_variants(monkeypatch, capsys):
     # ssmscan's forward took 1, 5, 9 and its forward+backward 2, 6, 10 (the fake's ticks)
     assert (rows[0]["fwd_ms"], rows[0]["fwd_spread"]) == (5.0, 8 / 5)
     assert (rows[1]["fwdbwd_ms"], rows[1]["fwdbwd_spread"]) == (8.0, 8 / 8)
+
+
+def test_decode_graph_timing_reports_what_cannot_be_captured(monkeypatch):
+    """``_graph_us`` gives ``do_bench_cudagraph``'s median in µs, or (None, the error) where the
+    step cannot be captured, without failing the row."""
+    import importlib.util
+
+    import triton.testing
+
+    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    calls = []
+
+    def timed(fn, return_mode="mean"):
+        calls.append(return_mode)
+        fn()
+        return 0.0125
+
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", timed)
+    ran = []
+    assert bench._graph_us(lambda: ran.append(1)) == (12.5, None)
+    assert ran == [1] and calls == ["median"]
+
+    def refused(fn, return_mode="mean"):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", refused)
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    us, error = bench._graph_us(lambda: None)
+    assert us is None and error.startswith("RuntimeError: operation not permitted")
