@@ -15,6 +15,17 @@ pytest.importorskip("triton")
 BENCH = pathlib.Path(__file__).parents[3] / "benchmarks" / "ssd_scan" / "bench_gpu.py"
 
 
+def _load_bench():
+    """The benchmark script as a module (it is not importable by name)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 @pytest.mark.triton
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="runs the launchers under TRITON_INTERPRET=1 (set without a GPU)")  # fmt: skip
@@ -59,14 +70,9 @@ def test_plan_variants_are_checked_too():
 def test_decode_pieces_on_cpu(layout, monkeypatch):
     """The decode part's inputs and float64 reference in both layouts agree with ssmscan's step,
     and its channel-block variants (``--decode-block-p``) run the kernel by that plan."""
-    import importlib.util
-
     import torch
 
-    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_bench()
     monkeypatch.setattr(bench, "DECODE_HEADS", (3, 8, 16))
     monkeypatch.setattr(bench, "DECODE_MAMBA1", (40, 16))
     kw = bench.decode_inputs(2, torch.float32, "cpu", seed=1, layout=layout)
@@ -84,17 +90,13 @@ def test_anchor_autotuning_redone_at_the_timed_shape(monkeypatch):
     """``retune_at`` empties the autotuning caches of an anchor's modules (a kernel under
     ``triton.heuristics`` too) and leaves other packages' alone, then runs the anchor forward
     and backward once at the given inputs (its backward's refusal is the gate's to report)."""
-    import importlib.util
     import types
 
     import torch
     import triton
     import triton.language as tl
 
-    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_bench()
 
     @triton.jit
     def kernel(x, N: tl.constexpr):
@@ -147,15 +149,11 @@ def test_timing_rounds_interleave_the_variants(monkeypatch, capsys):
     them in turn (forward, then forward+backward, per variant); a row carries its rounds' median
     and spread. The device's timer and ceilings are faked here: only the order and the
     bookkeeping are checked."""
-    import importlib.util
     import json
 
     import torch
 
-    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_bench()
     calls = []
     ticks = iter(range(1, 100))
 
@@ -184,14 +182,9 @@ def test_timing_rounds_interleave_the_variants(monkeypatch, capsys):
 def test_decode_graph_timing_reports_what_cannot_be_captured(monkeypatch):
     """``_graph_us`` gives ``do_bench_cudagraph``'s median in µs, or (None, the error) where the
     step cannot be captured, without failing the row."""
-    import importlib.util
-
     import triton.testing
 
-    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _load_bench()
     calls = []
 
     def timed(fn, return_mode="mean"):
