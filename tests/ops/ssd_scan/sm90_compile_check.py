@@ -1,9 +1,10 @@
 """Compile the SSD Triton kernels for sm_90 without a GPU (run without TRITON_INTERPRET: the
 interpreter accepts code the compiler rejects) over their dtypes and flags, at Mamba-2's
-geometry (headdim 64, dstate 128) with the planner's H200 plan, and report each kernel's
-registers and spills from ptxas. Prints one line per case; exits non-zero on the first failure.
+geometry (headdim 64, dstate 128; or those given) with the planner's H200 plan, and report each
+kernel's registers and spills from ptxas. Prints one line per case; exits non-zero on the first
+failure.
 
-    PYTHONPATH=src python tests/ops/ssd_scan/sm90_compile_check.py
+    PYTHONPATH=src python tests/ops/ssd_scan/sm90_compile_check.py [HEADDIM DSTATE]
 """
 
 from __future__ import annotations
@@ -80,10 +81,11 @@ def _check(name, kernel, vals, warps, stages=3):
 
 
 def main() -> None:
+    P, N = (int(v) for v in sys.argv[1:3]) if len(sys.argv) > 2 else (64, 128)
     for dtype, t in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
-        plan = plan_ssd(24, 64, 1, 128, dtype, H200)
+        plan = plan_ssd(24, P, 1, N, dtype, H200)
         prec = triton_fwd.precision(plan, dtype)
-        sizes = dict(L=2048, H=24, P=64, G=1, N=128, NC=32, PN=8192, NBLK=8, SEG=11, CPS=94,
+        sizes = dict(L=2048, H=24, P=P, G=1, N=N, NC=32, PN=P * N, NBLK=8, SEG=11, CPS=94,
                      dt_min=0.0, dt_max=0.0, ends="*fp32", kseg="*fp32")  # fmt: skip
         for f32_dot in (False, True):
             common = dict(CHUNK=plan.chunk, BLOCK_P=plan.block_p, PRECISION=prec, F32_DOT=f32_dot,
@@ -180,7 +182,7 @@ def main() -> None:
     for start in (True, False):
         for reverse in (True, False):
             vals = dict(ends="*fp32", kseg="*fp32", start="*fp32" if start else None, SEG=11,
-                        PN=8192, HAS_START=start, REVERSE=reverse,
+                        PN=P * N, HAS_START=start, REVERSE=reverse,
                         BLOCK=plan.split_pass_block)  # fmt: skip
             _check(
                 f"parts pass start={start} reverse={reverse}",

@@ -376,6 +376,18 @@ def test_gpu_op(L, dt, ssd_inputs):
 
 @pytest.mark.gpu
 @_CUDA
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+@pytest.mark.parametrize("headdim,dstate", [(32, 32), (32, 256), (128, 64), (256, 128), (256, 256)])
+def test_gpu_op_head_geometries(headdim, dstate, dt, ssd_inputs):
+    """headdim and dstate over 32-256 (the planner's tiles and loops at each), every option,
+    across a chunk boundary, against float64."""
+    kw = ssd_inputs(batch=2, L=130, nheads=4, headdim=headdim, ngroups=2, dstate=dstate,
+                    dtype=DTYPES[dt], seed=headdim + dstate, **FULL)  # fmt: skip
+    _check_op_on_gpu(kw, 130, DTYPES[dt])
+
+
+@pytest.mark.gpu
+@_CUDA
 @pytest.mark.parametrize("L", [65, 1000])
 def test_gpu_op_float32_tf32(L, ssd_inputs):
     """float32 inputs where the caller allows TF32 (``torch.set_float32_matmul_precision
