@@ -12,7 +12,6 @@ that kept the float64 reference's tens of GB reserved after its test made the ne
 in another worker run out of memory.
 """
 
-import importlib.util
 import os
 import pathlib
 
@@ -49,10 +48,9 @@ def torch_tensorrt():
         pytest.skip(f"torch-tensorrt is not installed ({e}); pip install 'ssmscan[tensorrt]'")
     except Exception:  # a bare Exception when libnvinfer is missing: use the stand-in
         pass
-    spec = importlib.util.spec_from_file_location("trt_shim", SHIM)
-    assert spec is not None and spec.loader is not None
-    shim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shim)
+    from ssmscan.testing.scripts import load_script
+
+    shim = load_script(SHIM, "trt_shim")
     try:
         return shim.import_torch_tensorrt()
     except Exception as e:

@@ -4,21 +4,18 @@ models end to end and a small SSD step."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
+from ssmscan.testing.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "tools" / f"{name}.py", name)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without GPU")

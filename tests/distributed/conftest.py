@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,17 +11,15 @@ from typing import Any
 
 import pytest
 
+from ssmscan.testing.scripts import load_script
+
 WORKER = Path(__file__).with_name("cp_worker.py")
 TIMEOUT_S = 120  # a hung collective fails the test instead of the whole run
 
 
 def load_worker() -> Any:
     """The worker module (for its case ids); tests/ is not on sys.path under importlib mode."""
-    spec = importlib.util.spec_from_file_location("cp_worker", WORKER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(WORKER, "cp_worker")
 
 
 def run_ranks(world: int, suite: str, tmp: Path) -> list[dict[str, Any]]:

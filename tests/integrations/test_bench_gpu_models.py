@@ -7,7 +7,6 @@ A broken benchmark must fail here, not in a lent GPU's call."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import torch
 
 from ssmscan.models import Mamba2Config, Mamba2LM, MambaConfig, MambaLM
 from ssmscan.testing import tolerance
+from ssmscan.testing.scripts import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "integrations" / "bench_gpu_models.py"
 MAMBA_SSM_SRC = Path(os.environ.get("MAMBA_SSM_SRC", "/tmp/mb/mamba_ssm-2.3.2.post1"))
@@ -28,11 +28,7 @@ SMOKE = ["--device", "cpu", "--models", "mamba2-tiny,mamba1-tiny", "--gate-len",
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("_bench_gpu_models", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "_bench_gpu_models")
 
 
 def test_models_parse_and_unknown_ones_are_refused(bench, capsys):

@@ -17,13 +17,9 @@ BENCH = pathlib.Path(__file__).parents[3] / "benchmarks" / "ssd_scan" / "bench_g
 
 def _load_bench():
     """The benchmark script as a module (it is not importable by name)."""
-    import importlib.util
+    from ssmscan.testing.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("ssd_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script(BENCH, "ssd_bench_gpu")
 
 
 @pytest.mark.triton
